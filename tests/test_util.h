@@ -1,0 +1,38 @@
+#pragma once
+// Helpers shared by the test suites: GPU skipping with a visible reason, seeded random inputs.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include "fp8route/device.h"
+
+namespace fp8route::test {
+
+// Skips the current test, printing why, when there is no SM90 GPU to run it on.
+#define FP8ROUTE_REQUIRE_SM90()                                                        \
+  do {                                                                                 \
+    if (::fp8route::cuda_device_count() == 0)                                          \
+      GTEST_SKIP() << "no GPU: " << ::fp8route::cuda_unavailable_reason();             \
+    if (!::fp8route::device_info(0).is_sm90())                                         \
+      GTEST_SKIP() << "needs an SM90 GPU; device 0 is " << ::fp8route::device_info(0).name; \
+  } while (0)
+
+// A fresh seed per run (FP8ROUTE_TEST_SEED=N to repeat one); printed so a failure can be replayed.
+inline uint64_t test_seed() {
+  static const uint64_t seed = [] {
+    const char* s = std::getenv("FP8ROUTE_TEST_SEED");
+    uint64_t v = s ? std::strtoull(s, nullptr, 10) : std::random_device{}();
+    std::printf("[fp8route] test seed %llu (repeat with FP8ROUTE_TEST_SEED=%llu)\n",
+                static_cast<unsigned long long>(v), static_cast<unsigned long long>(v));
+    return v;
+  }();
+  return seed;
+}
+
+inline std::mt19937_64 make_rng(uint64_t salt = 0) { return std::mt19937_64(test_seed() ^ (salt * 0x9E3779B97F4A7C15ull)); }
+
+}  // namespace fp8route::test

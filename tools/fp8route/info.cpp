@@ -1,0 +1,58 @@
+// fp8route info: what this machine has and what of fp8route can run on it, and why not.
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "fp8route/device.h"
+#include "fp8route/status.h"
+
+namespace fp8route::cli {
+
+int run_info(const InfoOptions& opt) {
+  const LibraryVersions v = library_versions();
+  const int n = cuda_device_count();
+  const std::vector<ComponentStatus> components = component_status(n > 0 ? 0 : -1);
+
+  if (opt.json) {
+    nlohmann::json j;
+    j["fp8route"] = v.fp8route;
+    j["cuda_runtime"] = cuda_version_string(v.cuda_runtime);
+    j["cuda_driver"] = cuda_version_string(v.cuda_driver);
+    j["cublaslt"] = cublas_version_string(v.cublaslt);
+    j["devices"] = nlohmann::json::array();
+    for (int d = 0; d < n; ++d) {
+      const DeviceInfo& di = device_info(d);
+      j["devices"].push_back({{"index", d}, {"name", di.name}, {"sm", di.sm_version()},
+                              {"sm_count", di.sm_count}, {"l2_bytes", di.l2_bytes},
+                              {"memory_bytes", di.global_mem_bytes}});
+    }
+    if (n == 0) j["no_gpu_reason"] = cuda_unavailable_reason();
+    j["components"] = nlohmann::json::array();
+    for (const auto& c : components)
+      j["components"].push_back({{"name", c.name}, {"usable", c.usable}, {"reason", c.reason}});
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+
+  std::printf("fp8route %s\n", v.fp8route.c_str());
+  std::printf("CUDA runtime %s, driver %s, cuBLASLt %s\n", cuda_version_string(v.cuda_runtime).c_str(),
+              cuda_version_string(v.cuda_driver).c_str(), cublas_version_string(v.cublaslt).c_str());
+  if (n == 0) {
+    std::printf("GPU: none (%s)\n", cuda_unavailable_reason().c_str());
+  }
+  for (int d = 0; d < n; ++d) {
+    const DeviceInfo& di = device_info(d);
+    std::printf("GPU %d: %s, SM %d.%d, %d SMs, L2 %.1f MB, memory %.1f GB\n", d, di.name.c_str(),
+                di.sm_major, di.sm_minor, di.sm_count, di.l2_bytes / 1e6, di.global_mem_bytes / 1e9);
+  }
+  std::printf("\n%-28s %-8s %s\n", "component", "usable", "why");
+  for (const auto& c : components)
+    std::printf("%-28s %-8s %s\n", c.name.c_str(), c.usable ? "yes" : "no", c.reason.c_str());
+  return 0;
+}
+
+}  // namespace fp8route::cli
