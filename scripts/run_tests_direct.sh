@@ -7,6 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build/${FP8ROUTE_PRESET:-release}"
 results="${1:-$build/test-results}"; shift || true
 rm -rf "$results"; mkdir -p "$results"
+export FP8ROUTE_SOURCE_DIR="$root"
 rc=0
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue

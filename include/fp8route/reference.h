@@ -62,6 +62,24 @@ QuantOutput per_token_group_quant(const void* x, DType x_dtype, int64_t tokens, 
 
 // silu(gate) * up in fp32, gate = x[t, 0:H], up = x[t, H:2H] (NUMERICS.md, fused path).
 float silu_and_mul(float gate, float up);
+// act[T, H] (f32, contiguous) of x[T, 2H] with row stride x_row_stride.
+std::vector<float> silu_and_mul_rows(const void* x, DType x_dtype, int64_t tokens, int64_t hidden,
+                                     int64_t x_row_stride);
+
+// Per-token: codes [T, H] and one fp32 scale per row (a group of size H).
+struct RowQuantOutput {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+RowQuantOutput per_token_quant(const void* x, DType x_dtype, int64_t tokens, int64_t hidden,
+                               int64_t x_row_stride, DType code, ScaleRounding rounding);
+// Per-tensor, static: codes of x / scale (correctly rounded), NaN -> 0, saturating.
+std::vector<uint8_t> per_tensor_quant_static(const void* x, DType x_dtype, int64_t tokens,
+                                             int64_t hidden, int64_t x_row_stride, float scale,
+                                             DType code);
+// Per-tensor, dynamic: the whole tensor as one group; scales holds the one scale.
+RowQuantOutput per_tensor_quant_dynamic(const void* x, DType x_dtype, int64_t tokens,
+                                        int64_t hidden, int64_t x_row_stride, DType code);
 
 // ---- GEMM ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,181 @@
+// Quantization benchmark: fp8route's kernels on bf16 activations, timed with the one method of
+// src/bench/measure.h, next to a device-to-device copy of the same bytes (the bandwidth ceiling).
+// Writes JSON records that bench/quant_table.py merges with bench/quant_torch.py's.
+
+#include <CLI/CLI.hpp>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/measure.h"
+#include "core/cuda_check.h"
+#include "fp8route/device.h"
+#include "fp8route/quant.h"
+#include "fp8route/reference.h"
+
+using namespace fp8route;
+
+namespace {
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  for (std::string tok; std::getline(ss, tok, ',');)
+    if (!tok.empty()) v.push_back(std::stoll(tok));
+  return v;
+}
+
+std::vector<std::string> parse_names(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string tok; std::getline(ss, tok, ',');)
+    if (!tok.empty()) v.push_back(tok);
+  return v;
+}
+
+GroupQuantSpec layout_spec(const std::string& layout) {
+  GroupQuantSpec s;  // g128 e4m3
+  if (layout == "ue8m0_tma") {
+    s.rounding = ScaleRounding::pow2;
+    s.storage = ScaleStorage::ue8m0_packed;
+    s.layout = ScaleLayout::col_major_tma;
+  } else {
+    s.layout = parse_layout(layout);
+  }
+  return s;
+}
+
+// `sets` copies of random bf16 data of `elems` elements.
+std::vector<DeviceBuffer> random_inputs(int64_t elems, int sets, std::mt19937_64& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint16_t> host(static_cast<size_t>(elems));
+  for (auto& h : host) h = ref::f32_to_bf16(nd(rng));
+  std::vector<DeviceBuffer> v;
+  for (int i = 0; i < sets; ++i) {
+    v.emplace_back(static_cast<size_t>(elems * 2));
+    FP8ROUTE_CUDA_CHECK(cudaMemcpy(v.back().data(), host.data(), elems * 2, cudaMemcpyHostToDevice));
+  }
+  return v;
+}
+
+struct Record {
+  std::string op, layout;
+  int64_t T, H, bytes;
+  bench::Measurement m;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fp8route quantization benchmark (bf16 -> e4m3, group 128)"};
+  std::string ops = "group,silu_group,token,tensor_dynamic", layouts = "row_major,col_major,col_major_tma,ue8m0_tma";
+  std::string ts = "1,2,4,8,16,32,64,16384", hs = "4096,7168", json_path;
+  bool quick = false;
+  int reps = 20;
+  app.add_option("--ops", ops, "comma list of group, silu_group, token, tensor_dynamic");
+  app.add_option("--layouts", layouts, "layouts for op group: row_major, col_major, col_major_tma, ue8m0_tma");
+  app.add_option("--T", ts, "comma list of token counts");
+  app.add_option("--H", hs, "comma list of widths (output width for silu_group)");
+  app.add_option("--reps", reps, "timed graph replays (median reported), >= 20");
+  app.add_option("--json", json_path, "write one record per (op, layout, T, H)");
+  app.add_flag("--quick", quick, "T in 1,64,16384 and H 7168 only");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) {
+    ts = "1,64,16384";
+    hs = "7168";
+  }
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "quant_bench: no GPU (%s)\n", cuda_unavailable_reason().c_str());
+    return 0;
+  }
+  const DeviceInfo& dev = device_info(0);
+  bench::MeasureOptions opt;
+  opt.reps = std::max(reps, 20);
+  std::mt19937_64 rng(2026);
+  std::vector<Record> records;
+
+  // Copy ceiling: 256 MiB device-to-device, bytes read + written.
+  {
+    const int64_t bytes = 256ll << 20;
+    std::vector<DeviceBuffer> src, dst;
+    for (int i = 0; i < 3; ++i) {
+      src.emplace_back(bytes);
+      dst.emplace_back(bytes);
+      FP8ROUTE_CUDA_CHECK(cudaMemset(src.back().data(), 1, bytes));
+    }
+    auto m = bench::measure([&](int i, cudaStream_t st) {
+      FP8ROUTE_CUDA_CHECK(cudaMemcpyAsync(dst[i].data(), src[i].data(), bytes, cudaMemcpyDeviceToDevice, st));
+    }, 3, opt);
+    records.push_back({"copy", "", 0, 0, 2 * bytes, m});
+    std::printf("%s, %d SMs; copy 256 MiB: %.1f us = %.0f GB/s (read + written)\n", dev.name.c_str(),
+                dev.sm_count, m.median_us, 2.0 * bytes / m.median_us / 1e3);
+  }
+  const double copy_gbps = 2.0 * (256ll << 20) / records[0].m.median_us / 1e3;
+
+  std::printf("%-15s %-14s %6s %6s %10s %9s %7s\n", "op", "layout", "T", "H", "us", "GB/s", "%copy");
+  for (const std::string& op : parse_names(ops))
+    for (const std::string& layout : op == "group" ? parse_names(layouts) : std::vector<std::string>{"row_major"})
+      for (int64_t H : parse_list(hs))
+        for (int64_t T : parse_list(ts)) {
+          const bool fused = op == "silu_group";
+          const int64_t in_elems = T * H * (fused ? 2 : 1);
+          const GroupQuantSpec spec = layout_spec(layout);
+          int64_t scale_bytes = 0;
+          if (op == "group" || fused) scale_bytes = quant_layout(spec, T, H).scale_bytes;
+          else if (op == "token") scale_bytes = T * 4;
+          else scale_bytes = 4;
+          const int64_t bytes = in_elems * 2 + T * H + scale_bytes;
+          const int sets = bench::rotation_sets(bytes, opt);
+          auto xs = random_inputs(in_elems, sets, rng);
+          std::vector<DeviceBuffer> qs, ss;
+          for (int i = 0; i < sets; ++i) {
+            qs.emplace_back(static_cast<size_t>(T * H));
+            ss.emplace_back(static_cast<size_t>(std::max<int64_t>(scale_bytes, 16)));
+          }
+          const QuantLayout L = quant_layout(spec, T, H);
+          auto enqueue = [&](int i, cudaStream_t st) {
+            const TensorView x = TensorView::contiguous(xs[i].data(), DType::bf16, {T, fused ? 2 * H : H});
+            const TensorView q = TensorView::contiguous(qs[i].data(), DType::e4m3, {T, H});
+            if (op == "group" || fused) {
+              TensorView s = TensorView::contiguous(ss[i].data(), L.scale_dtype, {L.scale_shape[0], L.scale_shape[1]});
+              if (fused) silu_and_mul_per_token_group_quant(x, spec, q, s, st);
+              else per_token_group_quant(x, spec, q, s, st);
+            } else if (op == "token") {
+              per_token_quant(x, q, TensorView::contiguous(ss[i].data(), DType::f32, {T}), ScaleRounding::none, st);
+            } else {
+              per_tensor_quant_dynamic(x, q, TensorView::contiguous(ss[i].data(), DType::f32, {1}), st);
+            }
+          };
+          const bench::Measurement m = bench::measure(enqueue, sets, opt);
+          records.push_back({op, op == "group" ? layout : "", T, H, bytes, m});
+          const double gbps = bytes / m.median_us / 1e3;
+          std::printf("%-15s %-14s %6lld %6lld %10.2f %9.0f %6.1f%%\n", op.c_str(),
+                      op == "group" ? layout.c_str() : "-", static_cast<long long>(T),
+                      static_cast<long long>(H), m.median_us, gbps, 100.0 * gbps / copy_gbps);
+          std::fflush(stdout);
+        }
+
+  if (!json_path.empty()) {
+    nlohmann::json out = nlohmann::json::array();
+    const LibraryVersions v = library_versions();
+    for (const Record& r : records) {
+      nlohmann::json j = {{"op", r.op}, {"layout", r.layout.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.layout)},
+                          {"T", r.T}, {"H", r.H}, {"impl", r.op == "copy" ? "cudaMemcpy" : "fp8route"},
+                          {"us", r.m.median_us}, {"us_min", r.m.min_us}, {"us_max", r.m.max_us},
+                          {"gbps", r.bytes / r.m.median_us / 1e3}, {"bytes", r.bytes}, {"graph", r.m.graph},
+                          {"sets", r.m.sets}, {"reps", r.m.reps}, {"gpu", dev.name},
+                          {"fp8route", v.fp8route}};
+      out.push_back(j);
+    }
+    std::ofstream(json_path) << out.dump(1) << "\n";
+    std::printf("wrote %s\n", json_path.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,348 @@
+#pragma once
+// Device code of the quantization family (NUMERICS.md). Launchers: src/quant/quant.cu.
+//
+// One kernel serves per-token-group quant, its fused silu_and_mul form, the masked EP-MoE form and
+// the MoE scatter form: the forms differ only in which rows are read and where a group's codes and
+// scale go, which is runtime data in GroupQuantParams. Compile-time traits are the input type, the
+// group size (it fixes how many lanes share a group) and whether silu_and_mul is fused.
+//
+// Arithmetic: IEEE fp32 round-to-nearest throughout (__fdiv_rn/__fmul_rn; this file must not be
+// built with fast math); E4M3 through cvt.rn.satfinite (cuda_fp8.h).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cfloat>
+#include <cstdint>
+
+namespace fp8route::kernels {
+
+// ---- element conversion ------------------------------------------------------------------------
+
+constexpr int kQuantVec = 8;  // elements per lane: 16 bytes of bf16/f16, two 16-byte loads of f32
+
+template <class T>
+__device__ __forceinline__ void load_vec8(const T* p, float (&v)[kQuantVec]);
+
+template <>
+__device__ __forceinline__ void load_vec8<float>(const float* p, float (&v)[kQuantVec]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+  v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+template <>
+__device__ __forceinline__ void load_vec8<__nv_bfloat16>(const __nv_bfloat16* p, float (&v)[kQuantVec]) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_vec8<__half>(const __half* p, float (&v)[kQuantVec]) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+// |v| if finite, else 0: the amax of NUMERICS.md is over the finite elements only.
+__device__ __forceinline__ float finite_abs(float v) {
+  const float a = fabsf(v);
+  return a <= FLT_MAX ? a : 0.0f;
+}
+
+__device__ __forceinline__ float silu_and_mul(float gate, float up) {
+  // expf, not __expf: the fast intrinsic is several ulp off and flushes denormals.
+  return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))), up);
+}
+
+// ---- scales ------------------------------------------------------------------------------------
+
+constexpr float kAmaxFloorDevice = 1e-10f;  // == fp8route::kAmaxFloor (quant_layout.h)
+
+struct ScaleAndMultiplier {
+  float scale;
+  float multiplier;
+  uint32_t ue8m0;  // biased exponent (pow2 only)
+};
+
+__device__ __forceinline__ ScaleAndMultiplier make_scale(float amax, float qmax, bool pow2) {
+  amax = fmaxf(amax, kAmaxFloorDevice);
+  ScaleAndMultiplier r;
+  if (!pow2) {
+    r.scale = __fdiv_rn(amax, qmax);
+    r.multiplier = __fdiv_rn(qmax, amax);
+    r.ue8m0 = 0;
+    return r;
+  }
+  // Bit-exact ceil to a power of two: the exponent, plus one if any mantissa bit is set.
+  const uint32_t bits = __float_as_uint(__fdiv_rn(amax, qmax));
+  int e = static_cast<int>((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0 ? 1 : 0);
+  e = min(max(e, 1), 254);
+  r.ue8m0 = static_cast<uint32_t>(e);
+  r.scale = __uint_as_float(static_cast<uint32_t>(e) << 23);
+  // 2^(127 - e); for e = 254 that is 2^-127, a subnormal (kept: no flush-to-zero on this path).
+  r.multiplier = e < 254 ? __uint_as_float(static_cast<uint32_t>(254 - e) << 23)
+                         : __uint_as_float(0x00400000u);
+  return r;
+}
+
+// ---- codes -------------------------------------------------------------------------------------
+
+// Eight codes packed little-endian into 8 bytes. NaN elements -> 0; E4M3 saturates (+-inf
+// included) to +-448, INT8 rounds to nearest even and saturates to +-127.
+__device__ __forceinline__ uint2 encode8(const float (&x)[kQuantVec], float m, bool int8) {
+  float v[kQuantVec];
+#pragma unroll
+  for (int i = 0; i < kQuantVec; ++i) v[i] = isnan(x[i]) ? 0.0f : __fmul_rn(x[i], m);
+  uint32_t w[2] = {0, 0};
+  if (!int8) {
+#pragma unroll
+    for (int i = 0; i < kQuantVec; i += 2) {
+      const __nv_fp8x2_storage_t p =
+          __nv_cvt_float2_to_fp8x2(make_float2(v[i], v[i + 1]), __NV_SATFINITE, __NV_E4M3);
+      w[i / 4] |= static_cast<uint32_t>(p) << (8 * (i % 4));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kQuantVec; ++i) {
+      const int q = __float2int_rn(fminf(fmaxf(v[i], -127.0f), 127.0f));
+      w[i / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i % 4));
+    }
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+// ---- the group-quant kernel --------------------------------------------------------------------
+
+struct GroupQuantParams {
+  const void* x;
+  int64_t x_stride_e, x_stride_t;  // elements; the row of (e, t) starts at e*x_stride_e + t*x_stride_t
+  int64_t experts;                 // 1 unless masked
+  int64_t tokens;                  // source rows per expert (T, or T_pad when masked)
+  int64_t hidden;                  // H of the output (input rows hold 2H when fused)
+  int64_t groups;                  // H / group size
+  const int32_t* masked_m;         // [experts] or null
+  const int32_t* src2dst;          // [tokens, topk] or null (scatter)
+  int topk;
+  int64_t dst_rows;                // scatter: rows of q and s
+  uint8_t* q;                      // codes [.., H], row-major
+  int64_t q_stride_e;              // elements between experts (masked)
+  void* s;                         // f32 or packed int32 scales
+  int64_t s_stride_e, s_stride_t, s_stride_c;  // in 4-byte words
+  int64_t scale_cols;              // groups, or words when packed
+  int64_t t_pad;                   // rows of the scale layout (tokens or dst_rows, padded)
+  float qmax;
+  bool int8, pow2, packed;
+};
+
+// Writes zeros into the scale padding that column `c` (a group; for packed storage the group that
+// owns a word, c % 4 == 0) is responsible for: layout rows [rows, t_pad) of expert e.
+__device__ __forceinline__ void zero_row_padding(const GroupQuantParams& p, int64_t e, int64_t rows,
+                                                 int64_t c) {
+  if (p.packed && (c & 3)) return;
+  const int64_t col = p.packed ? (c >> 2) : c;
+  uint32_t* s = static_cast<uint32_t*>(p.s);
+  for (int64_t t = rows; t < p.t_pad; ++t) s[e * p.s_stride_e + t * p.s_stride_t + col * p.s_stride_c] = 0;
+}
+
+__device__ __forceinline__ void store_scale(const GroupQuantParams& p, int64_t e, int64_t t,
+                                            int64_t c, const ScaleAndMultiplier& sm) {
+  if (!p.packed) {
+    static_cast<float*>(p.s)[e * p.s_stride_e + t * p.s_stride_t + c * p.s_stride_c] = sm.scale;
+    return;
+  }
+  // Byte c % 4 (little-endian) of word c / 4; a byte store leaves the other groups' bytes alone.
+  uint8_t* word = reinterpret_cast<uint8_t*>(static_cast<uint32_t*>(p.s) + e * p.s_stride_e +
+                                             t * p.s_stride_t + (c >> 2) * p.s_stride_c);
+  word[c & 3] = static_cast<uint8_t>(sm.ue8m0);
+  if (c == p.groups - 1)  // bytes past the last group are padding
+    for (int b = static_cast<int>(c & 3) + 1; b < 4; ++b) word[b] = 0;
+}
+
+// Lanes per group: each lane holds kQuantVec elements; a group's lanes are adjacent in one warp.
+template <int kGroup>
+struct GroupTraits {
+  static constexpr int kLanes = kGroup / kQuantVec;
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0,
+                "group size must be 8 * a power of two, at most 256");
+};
+
+template <class InT, int kGroup, bool kFused>
+__global__ void __launch_bounds__(256) group_quant_kernel(const GroupQuantParams p) {
+  constexpr int kLanes = GroupTraits<kGroup>::kLanes;
+  const int64_t gid = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  const int64_t src_rows = p.experts * p.tokens;
+  // Scatter with no tokens still runs one row of lanes to zero the scale padding.
+  const int64_t row = gid / p.groups;
+  const int64_t c = gid % p.groups;
+  const int64_t e = row / (p.tokens > 0 ? p.tokens : 1);
+  const int64_t t = row - e * p.tokens;
+  bool valid = row < src_rows;
+  if (valid && p.masked_m) valid = t < min(static_cast<int64_t>(p.masked_m[e]), p.tokens);
+
+  // ---- scale padding: layout rows past the last token, one (expert, column) per lane group
+  if (lane == 0 && p.t_pad > 0) {
+    if (p.src2dst) {
+      if (row == 0) zero_row_padding(p, 0, p.dst_rows, c);
+    } else if (row < src_rows && t == p.tokens - 1) {
+      zero_row_padding(p, e, p.tokens, c);
+    }
+  }
+
+  // ---- load and amax
+  float x[kQuantVec];
+  float amax = 0.0f;
+  if (valid) {
+    const InT* src = static_cast<const InT*>(p.x) + e * p.x_stride_e + t * p.x_stride_t +
+                     c * kGroup + lane * kQuantVec;
+    load_vec8(src, x);
+    if constexpr (kFused) {
+      float up[kQuantVec];
+      load_vec8(src + p.hidden, up);
+#pragma unroll
+      for (int i = 0; i < kQuantVec; ++i) x[i] = silu_and_mul(x[i], up[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kQuantVec; ++i) amax = fmaxf(amax, finite_abs(x[i]));
+  }
+  // Every lane of the warp takes part in the shuffles (invalid ones with amax 0), so the full mask
+  // is always right.
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  if (!valid) return;
+
+  // ---- scale and codes
+  const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
+  const uint2 codes = encode8(x, sm.multiplier, p.int8);
+  if (!p.src2dst) {
+    *reinterpret_cast<uint2*>(p.q + e * p.q_stride_e + t * p.hidden + c * kGroup + lane * kQuantVec) = codes;
+    if (lane == 0) store_scale(p, e, t, c, sm);
+    return;
+  }
+  for (int j = 0; j < p.topk; ++j) {
+    const int64_t dst = p.src2dst[t * p.topk + j];
+    if (dst < 0 || dst >= p.dst_rows) continue;
+    *reinterpret_cast<uint2*>(p.q + dst * p.hidden + c * kGroup + lane * kQuantVec) = codes;
+    if (lane == 0) store_scale(p, 0, dst, c, sm);
+  }
+}
+
+// ---- per-token and per-tensor ------------------------------------------------------------------
+
+constexpr int kRowThreads = 256;
+
+__device__ __forceinline__ float block_max(float v, float* smem) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // smem may still be read by a previous call
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x / 32) ? smem[lane] : 0.0f;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+struct RowQuantParams {
+  const void* x;
+  int64_t x_stride_t;  // elements
+  int64_t rows, hidden;
+  uint8_t* q;
+  float* s;            // per-token: [rows]; per-tensor: [1]
+  const float* static_scale;  // per-tensor static
+  float qmax;
+  bool int8, pow2;
+};
+
+// One block per row: amax over the row, then its codes (the row is re-read from L1/L2).
+template <class InT>
+__global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQuantParams p) {
+  __shared__ float smem[32];
+  const int64_t t = blockIdx.x;
+  const InT* row = static_cast<const InT*>(p.x) + t * p.x_stride_t;
+  const int64_t vecs = p.hidden / kQuantVec;
+  float amax = 0.0f;
+  for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
+    float x[kQuantVec];
+    load_vec8(row + v * kQuantVec, x);
+#pragma unroll
+    for (int i = 0; i < kQuantVec; ++i) amax = fmaxf(amax, finite_abs(x[i]));
+  }
+  amax = block_max(amax, smem);
+  const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
+  for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
+    float x[kQuantVec];
+    load_vec8(row + v * kQuantVec, x);
+    *reinterpret_cast<uint2*>(p.q + t * p.hidden + v * kQuantVec) = encode8(x, sm.multiplier, p.int8);
+  }
+  if (threadIdx.x == 0) p.s[t] = sm.scale;
+}
+
+// Per-tensor amax: grid-stride over the rows, block max, then one atomicMax per block on the bits
+// of a non-negative float (ordered like the integers). *amax_bits must start at 0.
+template <class InT>
+__global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuantParams p,
+                                                                  unsigned int* amax_bits) {
+  __shared__ float smem[32];
+  const int64_t vecs_per_row = p.hidden / kQuantVec;
+  const int64_t total = p.rows * vecs_per_row;
+  float amax = 0.0f;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / vecs_per_row, v = i - t * vecs_per_row;
+    float x[kQuantVec];
+    load_vec8(static_cast<const InT*>(p.x) + t * p.x_stride_t + v * kQuantVec, x);
+#pragma unroll
+    for (int k = 0; k < kQuantVec; ++k) amax = fmaxf(amax, finite_abs(x[k]));
+  }
+  amax = block_max(amax, smem);
+  if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(amax));
+}
+
+// Per-tensor codes. Dynamic: the multiplier comes from the amax in *amax (written by
+// tensor_amax_kernel). Static: v = x / scale, correctly rounded.
+template <class InT, bool kStatic>
+__global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuantParams p,
+                                                                   const float* amax) {
+  const int64_t vecs_per_row = p.hidden / kQuantVec;
+  const int64_t total = p.rows * vecs_per_row;
+  float m = 0.0f, s = 1.0f;
+  if constexpr (kStatic) s = *p.static_scale;
+  else m = make_scale(*amax, p.qmax, false).multiplier;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / vecs_per_row, v = i - t * vecs_per_row;
+    float x[kQuantVec];
+    load_vec8(static_cast<const InT*>(p.x) + t * p.x_stride_t + v * kQuantVec, x);
+    if constexpr (kStatic) {
+      // x / s then the same encoder with multiplier 1 (exact).
+#pragma unroll
+      for (int k = 0; k < kQuantVec; ++k) x[k] = __fdiv_rn(x[k], s);
+    }
+    *reinterpret_cast<uint2*>(p.q + t * p.hidden + v * kQuantVec) =
+        encode8(x, kStatic ? 1.0f : m, p.int8);
+  }
+}
+
+// scale = max(amax, floor) / qmax, after the codes are written (stream order).
+__global__ void tensor_scale_finalize_kernel(float* scale, float qmax) {
+  *scale = make_scale(*scale, qmax, false).scale;
+}
+
+}  // namespace fp8route::kernels

@@ -1,0 +1,75 @@
+#pragma once
+// Activation quantization (DESIGN.md, Quantization; arithmetic in NUMERICS.md).
+//
+// Every function checks all of its arguments before anything is launched: on a bad argument it
+// throws Error(invalid_argument) naming it and nothing is written. Tensors are TensorViews of device
+// memory; outputs have exactly the shapes that quant_layout() gives (allocate_group_quant_outputs
+// makes them). All work is enqueued on `stream`; nothing synchronizes, and everything can be
+// captured in a CUDA graph.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "fp8route/buffer.h"
+#include "fp8route/quant_layout.h"
+#include "fp8route/tensor.h"
+
+namespace fp8route {
+
+// Device buffers (on the current device) shaped by quant_layout(), with views onto them. Scale
+// padding is zeroed by the kernels, not here.
+struct GroupQuantOutputs {
+  QuantLayout layout;
+  DeviceBuffer code_buffer, scale_buffer;
+  TensorView q, s;
+};
+GroupQuantOutputs allocate_group_quant_outputs(const GroupQuantSpec& spec, int64_t tokens,
+                                               int64_t hidden, int64_t experts = 0);
+
+// x [T, H] (f32/f16/bf16, last stride 1, rows 16-byte aligned) -> q [T, H] codes, s scales.
+void per_token_group_quant(const TensorView& x, const GroupQuantSpec& spec, const TensorView& q,
+                           const TensorView& s, cudaStream_t stream);
+
+// x [T, 2H]: act = silu(x[:, :H]) * x[:, H:] in fp32, then per-token-group quant of act into
+// q [T, H], s. Not bit-exact to the CPU reference (device exp); see NUMERICS.md.
+void silu_and_mul_per_token_group_quant(const TensorView& x, const GroupQuantSpec& spec,
+                                        const TensorView& q, const TensorView& s,
+                                        cudaStream_t stream);
+
+// EP-MoE masked form: x [E, T_pad, H], masked_m [E] int32 = valid rows per expert (values above
+// T_pad are treated as T_pad). Rows t >= masked_m[e] are neither read nor written (codes and
+// scales keep what they held); layout padding of the scales is still zeroed.
+// q [E, T_pad, H], s = quant_layout(spec, T_pad, H, E).
+void masked_per_token_group_quant(const TensorView& x, const TensorView& masked_m,
+                                  const GroupQuantSpec& spec, const TensorView& q,
+                                  const TensorView& s, cudaStream_t stream);
+// The same with x [E, T_pad, 2H] and the fused silu_and_mul.
+void masked_silu_and_mul_per_token_group_quant(const TensorView& x, const TensorView& masked_m,
+                                               const GroupQuantSpec& spec, const TensorView& q,
+                                               const TensorView& s, cudaStream_t stream);
+
+// MoE scatter form: each token of x [T, H] is quantized once and its codes and scales written to
+// every destination row src2dst[t, j] (int32 [T, topk]; -1 = skip; a value outside [-1, rows) is
+// skipped too, never written out of bounds) of q [rows, H] and s = quant_layout(spec, rows, H).
+// Rows that no token maps to are not written; layout padding of the scales is zeroed.
+void scatter_per_token_group_quant(const TensorView& x, const TensorView& src2dst,
+                                   const GroupQuantSpec& spec, const TensorView& q,
+                                   const TensorView& s, cudaStream_t stream);
+
+// Per-token: one scale per row. x [T, H] -> q [T, H] (e4m3 or i8, q's dtype says which),
+// s f32 [T]; arithmetic as a group of size H.
+void per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
+                     ScaleRounding rounding, cudaStream_t stream);
+
+// Per-tensor, static scale: scale is a device f32 [1]; q = encode(x / scale), the division
+// correctly rounded (NaN -> 0, +-inf -> +-qmax, as in NUMERICS.md).
+void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const TensorView& q,
+                             cudaStream_t stream);
+
+// Per-tensor, dynamic: scale (device f32 [1], written) = max(amax over finite x, floor) / qmax,
+// then q = encode(x * qmax / amax): one amax pass over the tensor, then the codes.
+void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const TensorView& scale,
+                              cudaStream_t stream);
+
+}  // namespace fp8route

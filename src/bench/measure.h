@@ -1,0 +1,37 @@
+#pragma once
+// The one benchmark method of fp8route (DESIGN.md, Measuring), shared by every benchmark:
+// the op is enqueued once per rotation set inside a CUDA graph (launch gaps hidden, as in a
+// serving engine), the sets together span >= 3x the L2 so inputs come from HBM (up to a cap on
+// the number of sets, see below), >= 5 warm-up replays, then the median of >= 20 timed replays.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+
+namespace fp8route::bench {
+
+struct MeasureOptions {
+  int warmup = 5;          // untimed graph replays
+  int reps = 20;           // timed graph replays; the median is reported
+  double l2_multiple = 3;  // rotation sets span this many L2 sizes ...
+  int max_sets = 512;      // ... but at most this many sets: below ~350 KB per call the inputs
+                           // then partly come from L2 (as activations written by the previous
+                           // layer do in a real model)
+  bool graph = true;       // false: time plain launches (for ops that cannot be captured)
+};
+
+struct Measurement {
+  double median_us = 0, min_us = 0, max_us = 0;  // per call
+  int sets = 0, reps = 0;
+  bool graph = true;
+};
+
+// How many rotation sets a call touching `bytes_per_call` bytes of input needs.
+int rotation_sets(int64_t bytes_per_call, const MeasureOptions& opt = {});
+
+// Times enqueue(set, stream) for set = 0..sets-1, per the method above.
+Measurement measure(const std::function<void(int set, cudaStream_t)>& enqueue, int sets,
+                    const MeasureOptions& opt = {});
+
+}  // namespace fp8route::bench

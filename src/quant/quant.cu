@@ -1,0 +1,325 @@
+// Launchers of the quantization family: argument checks, parameters, dispatch, launch.
+// Device code: include/fp8route/kernels/quant.cuh.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "core/checks.h"
+#include "core/cuda_check.h"
+#include "fp8route/device.h"
+#include "fp8route/kernels/quant.cuh"
+#include "fp8route/quant.h"
+
+namespace fp8route {
+
+using detail::check_aligned;
+using detail::check_contiguous_shape;
+using detail::check_device_tensor;
+using detail::check_dtype;
+using detail::check_ndim;
+using kernels::GroupQuantParams;
+using kernels::RowQuantParams;
+
+namespace {
+
+constexpr int kThreads = 256;
+
+void check_sm90() {
+  const DeviceInfo& d = device_info(-1);
+  FP8ROUTE_CHECK_CAT(d.is_sm90(), ErrorCategory::unsupported,
+                     "device: quantization kernels are built for SM 9.0 (sm_90a); " << d.name << " is SM "
+                         << d.sm_major << "." << d.sm_minor);
+}
+
+// Calls f.template operator()<CudaType>() for a 16/32-bit float dtype.
+template <class F>
+void dispatch_float(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f.template operator()<float>();
+    case DType::f16: return f.template operator()<__half>();
+    case DType::bf16: return f.template operator()<__nv_bfloat16>();
+    default: break;
+  }
+  FP8ROUTE_CHECK(false, "x: dtype " << dtype_name(t) << " is not f32, f16 or bf16");
+}
+
+template <class InT, int kGroup, bool kFused>
+void launch_group(const GroupQuantParams& p, int64_t lanes, cudaStream_t stream) {
+  const int64_t blocks = (lanes + kThreads - 1) / kThreads;
+  kernels::group_quant_kernel<InT, kGroup, kFused><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+template <class InT, bool kFused>
+void launch_group_size(int group, const GroupQuantParams& p, int64_t lanes, cudaStream_t stream) {
+  switch (group) {
+    case 16: return launch_group<InT, 16, kFused>(p, lanes * 2, stream);
+    case 32: return launch_group<InT, 32, kFused>(p, lanes * 4, stream);
+    case 64: return launch_group<InT, 64, kFused>(p, lanes * 8, stream);
+    case 128: return launch_group<InT, 128, kFused>(p, lanes * 16, stream);
+    case 256: return launch_group<InT, 256, kFused>(p, lanes * 32, stream);
+  }
+  FP8ROUTE_CHECK(false, "group_size: " << group << " has no kernel");
+}
+
+enum class Form { plain, masked, scatter };
+
+// The one entry of the group family: checks everything, then launches.
+void group_quant(const TensorView& x, const TensorView* masked_m, const TensorView* src2dst,
+                 const GroupQuantSpec& spec, const TensorView& q, const TensorView& s, bool fused,
+                 Form form, cudaStream_t stream) {
+  validate(spec);
+  check_device_tensor(x, "x");
+  check_dtype(x, "x", {DType::bf16, DType::f16, DType::f32});
+  const int x_dims = form == Form::masked ? 3 : 2;
+  check_ndim(x, "x", x_dims, form == Form::masked ? "[E, T_pad, H]" : "[T, H]");
+  FP8ROUTE_CHECK(x.stride(-1) == 1, "x: last dim must be contiguous (stride 1), got " << to_string(x));
+  const int64_t in_cols = x.size(-1);
+  FP8ROUTE_CHECK(!fused || in_cols % 2 == 0,
+                 "x: fused silu_and_mul needs an even last dim [.., 2H], got " << in_cols);
+  const int64_t hidden = fused ? in_cols / 2 : in_cols;
+  FP8ROUTE_CHECK(hidden % spec.group_size == 0,
+                 "x: H = " << hidden << " is not divisible by group_size " << spec.group_size);
+  FP8ROUTE_CHECK(hidden > 0, "x: H must be > 0");
+  const int esize = dtype_size(x.dtype);
+  check_aligned(x.data, 16, "x");
+  for (int d = 0; d < x_dims - 1; ++d)
+    FP8ROUTE_CHECK((x.stride(d) * esize) % 16 == 0 && x.stride(d) >= (d == x_dims - 2 ? in_cols : 0),
+                   "x: stride of dim " << d << " must be >= the row and a multiple of 16 bytes, got "
+                                       << to_string(x));
+
+  const int64_t experts = form == Form::masked ? x.size(0) : 0;
+  const int64_t tokens = x.size(-2);
+  int64_t layout_tokens = tokens;
+  int topk = 0;
+  if (form == Form::scatter) {
+    check_device_tensor(*src2dst, "src2dst");
+    check_dtype(*src2dst, "src2dst", {DType::i32});
+    check_ndim(*src2dst, "src2dst", 2, "[T, topk]");
+    FP8ROUTE_CHECK(src2dst->size(0) == tokens && src2dst->size(1) >= 1 && src2dst->is_contiguous(),
+                   "src2dst: expected contiguous [T=" << tokens << ", topk>=1], got " << to_string(*src2dst));
+    topk = static_cast<int>(src2dst->size(1));
+    check_ndim(q, "q", 2, "[rows, H]");
+    layout_tokens = q.size(0);
+  }
+  if (form == Form::masked) {
+    check_device_tensor(*masked_m, "masked_m");
+    check_dtype(*masked_m, "masked_m", {DType::i32});
+    const int64_t shape[1] = {experts};
+    check_contiguous_shape(*masked_m, "masked_m", shape, 1);
+  }
+  const QuantLayout L = quant_layout(spec, layout_tokens, hidden, experts);
+
+  check_device_tensor(q, "q");
+  FP8ROUTE_CHECK(q.dtype == spec.code, "q: dtype " << dtype_name(q.dtype) << " does not match the spec's code "
+                                                   << dtype_name(spec.code));
+  check_contiguous_shape(q, "q", L.code_shape, L.code_ndim);
+  check_aligned(q.data, 16, "q");
+  check_device_tensor(s, "s");
+  FP8ROUTE_CHECK(s.dtype == L.scale_dtype, "s: dtype " << dtype_name(s.dtype) << " but " << name(spec.storage)
+                                                       << " storage needs " << dtype_name(L.scale_dtype));
+  check_contiguous_shape(s, "s", L.scale_shape, L.scale_ndim);
+  check_aligned(s.data, spec.layout == ScaleLayout::col_major_tma ? 16 : 4, "s");
+  check_sm90();
+
+  GroupQuantParams p{};
+  p.x = x.data;
+  p.x_stride_e = form == Form::masked ? x.stride(0) : 0;
+  p.x_stride_t = x.stride(-2);
+  p.experts = form == Form::masked ? experts : 1;
+  p.tokens = tokens;
+  p.hidden = hidden;
+  p.groups = L.groups;
+  p.masked_m = masked_m ? static_cast<const int32_t*>(masked_m->data) : nullptr;
+  p.src2dst = src2dst ? static_cast<const int32_t*>(src2dst->data) : nullptr;
+  p.topk = topk;
+  p.dst_rows = form == Form::scatter ? layout_tokens : 0;
+  p.q = static_cast<uint8_t*>(q.data);
+  p.q_stride_e = tokens * hidden;
+  p.s = s.data;
+  p.s_stride_e = L.scale_batch_stride;
+  p.s_stride_t = L.scale_stride_t;
+  p.s_stride_c = L.scale_stride_c;
+  p.scale_cols = L.scale_cols;
+  p.t_pad = L.t_pad;
+  p.qmax = code_qmax(spec.code);
+  p.int8 = spec.code == DType::i8;
+  p.pow2 = spec.rounding == ScaleRounding::pow2;
+  p.packed = spec.storage == ScaleStorage::ue8m0_packed;
+
+  int64_t rows = p.experts * tokens;
+  if (form == Form::scatter) rows = std::max<int64_t>(rows, 1);  // row 0 zeroes the scale padding
+  if (rows == 0) return;
+  const int64_t group_sets = rows * L.groups;  // lanes = group_sets * lanes per group
+  dispatch_float(x.dtype, [&]<class InT>() {
+    if (fused) launch_group_size<InT, true>(spec.group_size, p, group_sets, stream);
+    else launch_group_size<InT, false>(spec.group_size, p, group_sets, stream);
+  });
+}
+
+void check_row_input(const TensorView& x) {
+  check_device_tensor(x, "x");
+  check_dtype(x, "x", {DType::bf16, DType::f16, DType::f32});
+  check_ndim(x, "x", 2, "[T, H]");
+  FP8ROUTE_CHECK(x.stride(1) == 1, "x: last dim must be contiguous (stride 1), got " << to_string(x));
+  FP8ROUTE_CHECK(x.size(1) > 0 && x.size(1) % 16 == 0, "x: H = " << x.size(1) << " must be a positive multiple of 16");
+  check_aligned(x.data, 16, "x");
+  FP8ROUTE_CHECK((x.stride(0) * dtype_size(x.dtype)) % 16 == 0 && x.stride(0) >= x.size(1),
+                 "x: row stride must be >= H and a multiple of 16 bytes, got " << to_string(x));
+}
+
+void check_codes(const TensorView& q, const TensorView& x) {
+  check_device_tensor(q, "q");
+  check_dtype(q, "q", {DType::e4m3, DType::i8});
+  const int64_t shape[2] = {x.size(0), x.size(1)};
+  check_contiguous_shape(q, "q", shape, 2);
+  check_aligned(q.data, 16, "q");
+}
+
+void check_scalar_f32(const TensorView& t, const char* name) {
+  check_device_tensor(t, name);
+  check_dtype(t, name, {DType::f32});
+  FP8ROUTE_CHECK(t.numel() == 1, name << ": expected one f32 element, got " << to_string(t));
+  check_aligned(t.data, 4, name);
+}
+
+RowQuantParams row_params(const TensorView& x, const TensorView& q) {
+  RowQuantParams p{};
+  p.x = x.data;
+  p.x_stride_t = x.stride(0);
+  p.rows = x.size(0);
+  p.hidden = x.size(1);
+  p.q = static_cast<uint8_t*>(q.data);
+  p.qmax = code_qmax(q.dtype);
+  p.int8 = q.dtype == DType::i8;
+  return p;
+}
+
+// Enough blocks to fill the GPU for the grid-stride per-tensor kernels, never more than the work.
+unsigned tensor_blocks(const RowQuantParams& p) {
+  const int64_t vecs = p.rows * (p.hidden / kernels::kQuantVec);
+  const int64_t want = (vecs + kernels::kRowThreads - 1) / kernels::kRowThreads;
+  const int64_t cap = static_cast<int64_t>(device_info(-1).sm_count) * 8;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap)));
+}
+
+}  // namespace
+
+GroupQuantOutputs allocate_group_quant_outputs(const GroupQuantSpec& spec, int64_t tokens,
+                                               int64_t hidden, int64_t experts) {
+  GroupQuantOutputs o;
+  o.layout = quant_layout(spec, tokens, hidden, experts);
+  const QuantLayout& L = o.layout;
+  o.code_buffer = DeviceBuffer(static_cast<size_t>(std::max<int64_t>(L.code_bytes, 1)));
+  o.scale_buffer = DeviceBuffer(static_cast<size_t>(std::max<int64_t>(L.scale_bytes, 4)));
+  int dev = 0;
+  FP8ROUTE_CUDA_CHECK(cudaGetDevice(&dev));
+  auto view = [&](void* data, DType t, const int64_t* shape, const int64_t* strides, int nd) {
+    TensorView v;
+    v.data = data;
+    v.dtype = t;
+    v.ndim = nd;
+    v.device = Device::cuda(dev);
+    for (int i = 0; i < nd; ++i) {
+      v.shape[i] = shape[i];
+      v.strides[i] = strides[i];
+    }
+    return v;
+  };
+  o.q = view(o.code_buffer.data(), L.code_dtype, L.code_shape, L.code_strides, L.code_ndim);
+  o.s = view(o.scale_buffer.data(), L.scale_dtype, L.scale_shape, L.scale_strides, L.scale_ndim);
+  return o;
+}
+
+void per_token_group_quant(const TensorView& x, const GroupQuantSpec& spec, const TensorView& q,
+                           const TensorView& s, cudaStream_t stream) {
+  group_quant(x, nullptr, nullptr, spec, q, s, false, Form::plain, stream);
+}
+
+void silu_and_mul_per_token_group_quant(const TensorView& x, const GroupQuantSpec& spec,
+                                        const TensorView& q, const TensorView& s,
+                                        cudaStream_t stream) {
+  group_quant(x, nullptr, nullptr, spec, q, s, true, Form::plain, stream);
+}
+
+void masked_per_token_group_quant(const TensorView& x, const TensorView& masked_m,
+                                  const GroupQuantSpec& spec, const TensorView& q,
+                                  const TensorView& s, cudaStream_t stream) {
+  group_quant(x, &masked_m, nullptr, spec, q, s, false, Form::masked, stream);
+}
+
+void masked_silu_and_mul_per_token_group_quant(const TensorView& x, const TensorView& masked_m,
+                                               const GroupQuantSpec& spec, const TensorView& q,
+                                               const TensorView& s, cudaStream_t stream) {
+  group_quant(x, &masked_m, nullptr, spec, q, s, true, Form::masked, stream);
+}
+
+void scatter_per_token_group_quant(const TensorView& x, const TensorView& src2dst,
+                                   const GroupQuantSpec& spec, const TensorView& q,
+                                   const TensorView& s, cudaStream_t stream) {
+  group_quant(x, nullptr, &src2dst, spec, q, s, false, Form::scatter, stream);
+}
+
+void per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
+                     ScaleRounding rounding, cudaStream_t stream) {
+  check_row_input(x);
+  check_codes(q, x);
+  check_device_tensor(s, "s");
+  check_dtype(s, "s", {DType::f32});
+  const int64_t shape[1] = {x.size(0)};
+  check_contiguous_shape(s, "s", shape, 1);
+  check_aligned(s.data, 4, "s");
+  check_sm90();
+  if (x.size(0) == 0) return;
+  FP8ROUTE_CHECK(x.size(0) <= 0x7FFFFFFF, "x: at most 2^31-1 rows, got " << x.size(0));
+  RowQuantParams p = row_params(x, q);
+  p.s = static_cast<float*>(s.data);
+  p.pow2 = rounding == ScaleRounding::pow2;
+  dispatch_float(x.dtype, [&]<class InT>() {
+    kernels::per_token_quant_kernel<InT><<<static_cast<unsigned>(x.size(0)), kernels::kRowThreads, 0, stream>>>(p);
+    FP8ROUTE_CHECK_LAUNCH();
+  });
+}
+
+void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const TensorView& q,
+                             cudaStream_t stream) {
+  check_row_input(x);
+  check_codes(q, x);
+  check_scalar_f32(scale, "scale");
+  check_sm90();
+  if (x.size(0) == 0) return;
+  RowQuantParams p = row_params(x, q);
+  p.static_scale = static_cast<const float*>(scale.data);
+  dispatch_float(x.dtype, [&]<class InT>() {
+    kernels::tensor_quant_kernel<InT, true><<<tensor_blocks(p), kernels::kRowThreads, 0, stream>>>(p, nullptr);
+    FP8ROUTE_CHECK_LAUNCH();
+  });
+}
+
+void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const TensorView& scale,
+                              cudaStream_t stream) {
+  check_row_input(x);
+  check_codes(q, x);
+  check_scalar_f32(scale, "scale");
+  check_sm90();
+  RowQuantParams p = row_params(x, q);
+  float* s = static_cast<float*>(scale.data);
+  // The scale slot holds the amax bits until the codes are written, then the scale.
+  FP8ROUTE_CUDA_CHECK(cudaMemsetAsync(s, 0, sizeof(float), stream));
+  dispatch_float(x.dtype, [&]<class InT>() {
+    if (x.size(0) > 0) {
+      const unsigned blocks = tensor_blocks(p);
+      kernels::tensor_amax_kernel<InT><<<blocks, kernels::kRowThreads, 0, stream>>>(
+          p, reinterpret_cast<unsigned int*>(s));
+      FP8ROUTE_CHECK_LAUNCH();
+      kernels::tensor_quant_kernel<InT, false><<<blocks, kernels::kRowThreads, 0, stream>>>(p, s);
+      FP8ROUTE_CHECK_LAUNCH();
+    }
+  });
+  kernels::tensor_scale_finalize_kernel<<<1, 1, 0, stream>>>(s, p.qmax);
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+}  // namespace fp8route
