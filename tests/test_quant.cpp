@@ -501,15 +501,18 @@ TEST(QuantArgs, ErrorsNameTheArgument) {
 TEST(QuantArgs, NothingWrittenOnError) {
   FP8ROUTE_REQUIRE_SM90();
   const GroupQuantSpec s{128, DType::e4m3, ScaleRounding::none, ScaleStorage::f32, ScaleLayout::row_major};
-  GroupQuantOutputs out = allocate_group_quant_outputs(s, 4, 512);
+  GroupQuantOutputs out = allocate_group_quant_outputs(s, 5, 512);
   poison(out.code_buffer, 0xAB);
   poison(out.scale_buffer, 0xCD);
-  DeviceBuffer dx(4 * 512 * 2);
-  const TensorView x = TensorView::contiguous(dx.data(), DType::bf16, {4, 512});
+  DeviceBuffer dx(5 * 512 * 2);
+  const TensorView x = TensorView::contiguous(dx.data(), DType::bf16, {5, 512});
   GroupQuantSpec wrong_layout = s;
-  wrong_layout.layout = ScaleLayout::col_major_tma;  // needs [4, 4] scales: shape differs
+  wrong_layout.layout = ScaleLayout::col_major_tma;  // needs [4, 8] scales, not [5, 4]
   EXPECT_THROW(per_token_group_quant(x, wrong_layout, out.q, out.s, nullptr), Error);
-  EXPECT_THROW(per_token_group_quant(TensorView::contiguous(dx.data(), DType::bf16, {4, 500}), s, out.q, out.s, nullptr), Error);
+  EXPECT_THROW(per_token_group_quant(TensorView::contiguous(dx.data(), DType::bf16, {5, 500}), s, out.q, out.s, nullptr), Error);
+  GroupQuantSpec int8 = s;
+  int8.code = DType::i8;  // q holds e4m3
+  EXPECT_THROW(per_token_group_quant(x, int8, out.q, out.s, nullptr), Error);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (uint8_t b : download(out.code_buffer.data(), out.layout.code_bytes)) ASSERT_EQ(b, 0xAB);
   for (uint8_t b : download(out.scale_buffer.data(), out.layout.scale_bytes)) ASSERT_EQ(b, 0xCD);

@@ -24,8 +24,6 @@ using kernels::RowQuantParams;
 
 namespace {
 
-constexpr int kThreads = 256;
-
 void check_sm90() {
   const DeviceInfo& d = device_info(-1);
   FP8ROUTE_CHECK_CAT(d.is_sm90(), ErrorCategory::unsupported,
@@ -46,20 +44,23 @@ void dispatch_float(DType t, F&& f) {
 }
 
 template <class InT, int kGroup, bool kFused>
-void launch_group(const GroupQuantParams& p, int64_t lanes, cudaStream_t stream) {
-  const int64_t blocks = (lanes + kThreads - 1) / kThreads;
-  kernels::group_quant_kernel<InT, kGroup, kFused><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+void launch_group(const GroupQuantParams& p, int64_t group_sets, cudaStream_t stream) {
+  constexpr int64_t per_block = kernels::group_slots_per_block<kGroup>();
+  const int64_t blocks = (group_sets + per_block - 1) / per_block;
+  FP8ROUTE_CHECK(blocks <= 0x7FFFFFFF, "x: too many groups (" << group_sets << ") for one launch");
+  kernels::group_quant_kernel<InT, kGroup, kFused>
+      <<<static_cast<unsigned>(blocks), kernels::kGroupThreads, 0, stream>>>(p);
   FP8ROUTE_CHECK_LAUNCH();
 }
 
 template <class InT, bool kFused>
-void launch_group_size(int group, const GroupQuantParams& p, int64_t lanes, cudaStream_t stream) {
+void launch_group_size(int group, const GroupQuantParams& p, int64_t group_sets, cudaStream_t stream) {
   switch (group) {
-    case 16: return launch_group<InT, 16, kFused>(p, lanes * 2, stream);
-    case 32: return launch_group<InT, 32, kFused>(p, lanes * 4, stream);
-    case 64: return launch_group<InT, 64, kFused>(p, lanes * 8, stream);
-    case 128: return launch_group<InT, 128, kFused>(p, lanes * 16, stream);
-    case 256: return launch_group<InT, 256, kFused>(p, lanes * 32, stream);
+    case 16: return launch_group<InT, 16, kFused>(p, group_sets, stream);
+    case 32: return launch_group<InT, 32, kFused>(p, group_sets, stream);
+    case 64: return launch_group<InT, 64, kFused>(p, group_sets, stream);
+    case 128: return launch_group<InT, 128, kFused>(p, group_sets, stream);
+    case 256: return launch_group<InT, 256, kFused>(p, group_sets, stream);
   }
   FP8ROUTE_CHECK(false, "group_size: " << group << " has no kernel");
 }
@@ -152,7 +153,7 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   int64_t rows = p.experts * tokens;
   if (form == Form::scatter) rows = std::max<int64_t>(rows, 1);  // row 0 zeroes the scale padding
   if (rows == 0) return;
-  const int64_t group_sets = rows * L.groups;  // lanes = group_sets * lanes per group
+  const int64_t group_sets = rows * L.groups;
   dispatch_float(x.dtype, [&]<class InT>() {
     if (fused) launch_group_size<InT, true>(spec.group_size, p, group_sets, stream);
     else launch_group_size<InT, false>(spec.group_size, p, group_sets, stream);

@@ -22,39 +22,54 @@ namespace fp8route::kernels {
 
 constexpr int kQuantVec = 8;  // elements per lane: 16 bytes of bf16/f16, two 16-byte loads of f32
 
+// Eight elements as loaded: one 16-byte vector of bf16/f16, two of f32. Kept raw between the
+// load and the arithmetic so that several loads are in flight per thread at little register cost.
 template <class T>
-__device__ __forceinline__ void load_vec8(const T* p, float (&v)[kQuantVec]);
+struct Raw8 {
+  uint4 r[sizeof(T) / 2];
+};
 
-template <>
-__device__ __forceinline__ void load_vec8<float>(const float* p, float (&v)[kQuantVec]) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-  v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+template <class T>
+__device__ __forceinline__ Raw8<T> load_raw8(const T* p) {
+  Raw8<T> v;
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(T) / 2); ++i) v.r[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
+  return v;
 }
 
-template <>
-__device__ __forceinline__ void load_vec8<__nv_bfloat16>(const __nv_bfloat16* p, float (&v)[kQuantVec]) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+__device__ __forceinline__ void to_float8(const Raw8<float>& v, float (&f)[kQuantVec]) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
+  for (int i = 0; i < 2; ++i) {
+    f[4 * i + 0] = __uint_as_float(v.r[i].x);
+    f[4 * i + 1] = __uint_as_float(v.r[i].y);
+    f[4 * i + 2] = __uint_as_float(v.r[i].z);
+    f[4 * i + 3] = __uint_as_float(v.r[i].w);
   }
 }
 
-template <>
-__device__ __forceinline__ void load_vec8<__half>(const __half* p, float (&v)[kQuantVec]) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+__device__ __forceinline__ void to_float8(const Raw8<__nv_bfloat16>& v, float (&f)[kQuantVec]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v.r[0]);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
+    const float2 x = __bfloat1622float2(h[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
   }
+}
+
+__device__ __forceinline__ void to_float8(const Raw8<__half>& v, float (&f)[kQuantVec]) {
+  const __half2* h = reinterpret_cast<const __half2*>(&v.r[0]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __half22float2(h[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void load_vec8(const T* p, float (&v)[kQuantVec]) {
+  to_float8(load_raw8(p), v);
 }
 
 // |v| if finite, else 0: the amax of NUMERICS.md is over the finite elements only.
@@ -180,71 +195,98 @@ struct GroupTraits {
                 "group size must be 8 * a power of two, at most 256");
 };
 
+constexpr int kGroupThreads = 256;
+// Group slots per lane: each thread issues this many 16-byte loads (twice that when fused) before
+// it needs the first, enough bytes in flight per SM to cover HBM latency.
+constexpr int kGroupItems = 4;
+
+template <int kGroup>
+constexpr int64_t group_slots_per_block() {
+  return static_cast<int64_t>(kGroupThreads / GroupTraits<kGroup>::kLanes) * kGroupItems;
+}
+
 template <class InT, int kGroup, bool kFused>
-__global__ void __launch_bounds__(256) group_quant_kernel(const GroupQuantParams p) {
+__global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQuantParams p) {
   constexpr int kLanes = GroupTraits<kGroup>::kLanes;
-  const int64_t gid = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  constexpr int kSlotsPerPass = kGroupThreads / kLanes;
   const int lane = threadIdx.x % kLanes;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * group_slots_per_block<kGroup>() + threadIdx.x / kLanes;
   const int64_t src_rows = p.experts * p.tokens;
-  // Scatter with no tokens still runs one row of lanes to zero the scale padding.
-  const int64_t row = gid / p.groups;
-  const int64_t c = gid % p.groups;
-  const int64_t e = row / (p.tokens > 0 ? p.tokens : 1);
-  const int64_t t = row - e * p.tokens;
-  bool valid = row < src_rows;
-  if (valid && p.masked_m) valid = t < min(static_cast<int64_t>(p.masked_m[e]), p.tokens);
 
-  // ---- scale padding: layout rows past the last token, one (expert, column) per lane group
-  if (lane == 0 && p.t_pad > 0) {
-    if (p.src2dst) {
-      if (row == 0) zero_row_padding(p, 0, p.dst_rows, c);
-    } else if (row < src_rows && t == p.tokens - 1) {
-      zero_row_padding(p, e, p.tokens, c);
+  int64_t e[kGroupItems], t[kGroupItems], c[kGroupItems];
+  bool valid[kGroupItems];
+  Raw8<InT> raw[kGroupItems], raw_up[kFused ? kGroupItems : 1];
+
+  // ---- indices, scale padding, loads
+#pragma unroll
+  for (int k = 0; k < kGroupItems; ++k) {
+    const int64_t gid = first + k * kSlotsPerPass;
+    const int64_t row = gid / p.groups;
+    c[k] = gid - row * p.groups;
+    e[k] = row / (p.tokens > 0 ? p.tokens : 1);
+    t[k] = row - e[k] * p.tokens;
+    valid[k] = row < src_rows;
+    if (valid[k] && p.masked_m) valid[k] = t[k] < min(static_cast<int64_t>(p.masked_m[e[k]]), p.tokens);
+    // Layout rows past the last token are zeroed by the lanes of the last row (scatter: row 0,
+    // which exists even with no tokens), one (expert, column) each.
+    if (lane == 0 && p.t_pad > 0) {
+      if (p.src2dst) {
+        if (row == 0) zero_row_padding(p, 0, p.dst_rows, c[k]);
+      } else if (row < src_rows && t[k] == p.tokens - 1) {
+        zero_row_padding(p, e[k], p.tokens, c[k]);
+      }
+    }
+    if (valid[k]) {
+      const InT* src = static_cast<const InT*>(p.x) + e[k] * p.x_stride_e + t[k] * p.x_stride_t +
+                       c[k] * kGroup + lane * kQuantVec;
+      raw[k] = load_raw8(src);
+      if constexpr (kFused) raw_up[k] = load_raw8(src + p.hidden);
     }
   }
 
-  // ---- load and amax
-  float x[kQuantVec];
-  float amax = 0.0f;
-  if (valid) {
-    const InT* src = static_cast<const InT*>(p.x) + e * p.x_stride_e + t * p.x_stride_t +
-                     c * kGroup + lane * kQuantVec;
-    load_vec8(src, x);
-    if constexpr (kFused) {
-      float up[kQuantVec];
-      load_vec8(src + p.hidden, up);
+  // ---- per slot: amax over the group's lanes, scale, codes
 #pragma unroll
-      for (int i = 0; i < kQuantVec; ++i) x[i] = silu_and_mul(x[i], up[i]);
+  for (int k = 0; k < kGroupItems; ++k) {
+    float x[kQuantVec];
+    float amax = 0.0f;
+    if (valid[k]) {
+      to_float8(raw[k], x);
+      if constexpr (kFused) {
+        float up[kQuantVec];
+        to_float8(raw_up[k], up);
+#pragma unroll
+        for (int i = 0; i < kQuantVec; ++i) x[i] = silu_and_mul(x[i], up[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < kQuantVec; ++i) amax = fmaxf(amax, finite_abs(x[i]));
     }
+    // Every lane of the warp takes part in the shuffles (invalid ones with amax 0), so the full
+    // mask is always right.
 #pragma unroll
-    for (int i = 0; i < kQuantVec; ++i) amax = fmaxf(amax, finite_abs(x[i]));
-  }
-  // Every lane of the warp takes part in the shuffles (invalid ones with amax 0), so the full mask
-  // is always right.
-#pragma unroll
-  for (int off = kLanes / 2; off > 0; off >>= 1)
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  if (!valid) return;
+    for (int off = kLanes / 2; off > 0; off >>= 1)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (!valid[k]) continue;
 
-  // ---- scale and codes
-  const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
-  const uint2 codes = encode8(x, sm.multiplier, p.int8);
-  if (!p.src2dst) {
-    *reinterpret_cast<uint2*>(p.q + e * p.q_stride_e + t * p.hidden + c * kGroup + lane * kQuantVec) = codes;
-    if (lane == 0) store_scale(p, e, t, c, sm);
-    return;
-  }
-  for (int j = 0; j < p.topk; ++j) {
-    const int64_t dst = p.src2dst[t * p.topk + j];
-    if (dst < 0 || dst >= p.dst_rows) continue;
-    *reinterpret_cast<uint2*>(p.q + dst * p.hidden + c * kGroup + lane * kQuantVec) = codes;
-    if (lane == 0) store_scale(p, 0, dst, c, sm);
+    const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
+    const uint2 codes = encode8(x, sm.multiplier, p.int8);
+    if (!p.src2dst) {
+      *reinterpret_cast<uint2*>(p.q + e[k] * p.q_stride_e + t[k] * p.hidden + c[k] * kGroup + lane * kQuantVec) = codes;
+      if (lane == 0) store_scale(p, e[k], t[k], c[k], sm);
+      continue;
+    }
+    for (int j = 0; j < p.topk; ++j) {
+      const int64_t dst = p.src2dst[t[k] * p.topk + j];
+      if (dst < 0 || dst >= p.dst_rows) continue;
+      *reinterpret_cast<uint2*>(p.q + dst * p.hidden + c[k] * kGroup + lane * kQuantVec) = codes;
+      if (lane == 0) store_scale(p, 0, dst, c[k], sm);
+    }
   }
 }
 
 // ---- per-token and per-tensor ------------------------------------------------------------------
 
 constexpr int kRowThreads = 256;
+constexpr int kRowItems = 4;  // 16-byte loads in flight per thread in the grid-stride kernels
 
 __device__ __forceinline__ float block_max(float v, float* smem) {
 #pragma unroll
@@ -303,13 +345,25 @@ __global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuant
   const int64_t vecs_per_row = p.hidden / kQuantVec;
   const int64_t total = p.rows * vecs_per_row;
   float amax = 0.0f;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / vecs_per_row, v = i - t * vecs_per_row;
-    float x[kQuantVec];
-    load_vec8(static_cast<const InT*>(p.x) + t * p.x_stride_t + v * kQuantVec, x);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < total; i0 += kRowItems * stride) {
+    Raw8<InT> raw[kRowItems];
 #pragma unroll
-    for (int k = 0; k < kQuantVec; ++k) amax = fmaxf(amax, finite_abs(x[k]));
+    for (int k = 0; k < kRowItems; ++k) {
+      const int64_t i = i0 + k * stride;
+      if (i < total) {
+        const int64_t t = i / vecs_per_row;
+        raw[k] = load_raw8(static_cast<const InT*>(p.x) + t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kRowItems; ++k) {
+      if (i0 + k * stride >= total) break;
+      float x[kQuantVec];
+      to_float8(raw[k], x);
+#pragma unroll
+      for (int j = 0; j < kQuantVec; ++j) amax = fmaxf(amax, finite_abs(x[j]));
+    }
   }
   amax = block_max(amax, smem);
   if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(amax));
@@ -325,18 +379,32 @@ __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuan
   float m = 0.0f, s = 1.0f;
   if constexpr (kStatic) s = *p.static_scale;
   else m = make_scale(*amax, p.qmax, false).multiplier;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / vecs_per_row, v = i - t * vecs_per_row;
-    float x[kQuantVec];
-    load_vec8(static_cast<const InT*>(p.x) + t * p.x_stride_t + v * kQuantVec, x);
-    if constexpr (kStatic) {
-      // x / s then the same encoder with multiplier 1 (exact).
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < total; i0 += kRowItems * stride) {
+    Raw8<InT> raw[kRowItems];
 #pragma unroll
-      for (int k = 0; k < kQuantVec; ++k) x[k] = __fdiv_rn(x[k], s);
+    for (int k = 0; k < kRowItems; ++k) {
+      const int64_t i = i0 + k * stride;
+      if (i < total) {
+        const int64_t t = i / vecs_per_row;
+        raw[k] = load_raw8(static_cast<const InT*>(p.x) + t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec);
+      }
     }
-    *reinterpret_cast<uint2*>(p.q + t * p.hidden + v * kQuantVec) =
-        encode8(x, kStatic ? 1.0f : m, p.int8);
+#pragma unroll
+    for (int k = 0; k < kRowItems; ++k) {
+      const int64_t i = i0 + k * stride;
+      if (i >= total) break;
+      const int64_t t = i / vecs_per_row;
+      float x[kQuantVec];
+      to_float8(raw[k], x);
+      if constexpr (kStatic) {
+        // x / s, then the same encoder with multiplier 1 (exact).
+#pragma unroll
+        for (int j = 0; j < kQuantVec; ++j) x[j] = __fdiv_rn(x[j], s);
+      }
+      *reinterpret_cast<uint2*>(p.q + t * p.hidden + (i - t * vecs_per_row) * kQuantVec) =
+          encode8(x, kStatic ? 1.0f : m, p.int8);
+    }
   }
 }
 
