@@ -12,11 +12,14 @@ Ops (x bf16; arithmetic of ../shared/NUMERICS.md, E4M3 codes, group size 128):
   token           one fp32 scale per row
   tensor_dynamic  one fp32 scale for the whole tensor
 
-Timing, per (op, layout, shape, impl): R input sets with R * input bytes >= 3 * L2 (3 <= R <= 64),
-fresh random normal data; 5 warm-up calls (torch.compile compiles here); one CUDA graph that calls
-the op once on each input set in turn; one warm-up replay, then >= 20 replays, each between its
-own pair of CUDA events; per-call time = median replay time / R. If the graph cannot be captured
-the same loop is timed without one and the record says "graph": false.
+Timing, per (op, layout, shape, impl), the method of fp8route's src/bench/measure.cpp:
+R rotation sets of fresh random normal inputs with R * bytes >= 3 * L2 (R = ceil(3 * L2 / bytes)
+clamped to [3, 512]; bytes = the call's bytes moved, L2 = the device's); each set called once
+outside the graph and at least 5 calls in all (torch.compile compiles here); one CUDA graph that
+calls the op once on each set in turn; 5 warm-up replays, then >= 20 replays, each between its own
+pair of CUDA events; per-call time = replay time / R, median reported (mean of the middle two for
+an even count). If the graph cannot be captured the same loop is timed without one and the record
+says "graph": false.
 bytes = input bytes read + code bytes + scale bytes written (scale buffer including its padding);
 GB/s = bytes / time.
 
@@ -49,11 +52,14 @@ FP8 = torch.float8_e4m3fn
 QMAX = 448.0             # largest finite E4M3
 AMAX_FLOOR = 1e-10       # amax = max(amax, 1e-10f)
 GROUP = 128              # group size of the group ops
-L2_BYTES = 60 * 1024 * 1024   # H200 L2; input sets cover 3x this
-L2_FACTOR = 3
-MIN_SETS, MAX_SETS = 3, 64
-WARMUP_CALLS = 5
-DEFAULT_REPLAYS = 30     # timed replays (at least 20)
+# Measuring: as fp8route's MeasureOptions (src/bench/measure.h)
+L2_FALLBACK_BYTES = 60 * 1024 * 1024   # H200, if torch cannot tell the device's L2 size
+L2_MULTIPLE = 3          # rotation sets span this many L2 sizes ...
+MIN_SETS = 3
+MAX_SETS = 512           # ... but at most this many sets
+MIN_CALLS = 5            # calls before capture (each set at least once)
+WARMUP_REPLAYS = 5       # untimed replays
+DEFAULT_REPLAYS = 20     # timed replays (at least 20)
 
 OPS = ("group", "silu_group", "token", "tensor_dynamic")
 LAYOUTS = ("row_major", "col_major", "col_major_tma", "ue8m0_tma")
@@ -204,11 +210,17 @@ def compile_op(fn):
 
 
 def op_layout(op: str, layout: str | None) -> str | None:
+    """The scale layout an op writes (silu_group: row_major; token/tensor: None)."""
     if op == "group":
         return layout
     if op == "silu_group":
         return "row_major"
     return None
+
+
+def record_layout(op: str, layout: str | None) -> str | None:
+    """The layout field of a JSON record: as fp8route's quant_bench, only op group names one."""
+    return layout if op == "group" else None
 
 
 def input_shape(op: str, t: int, h: int):
@@ -243,22 +255,29 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _num_sets(in_bytes: int) -> int:
-    return min(MAX_SETS, max(MIN_SETS, cdiv(L2_FACTOR * L2_BYTES, max(in_bytes, 1))))
+def l2_bytes() -> int:
+    size = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()),
+                   "L2_cache_size", 0)
+    return int(size) if size else L2_FALLBACK_BYTES
 
 
-def time_op(fn, shape, replays: int):
-    """Returns (us per call, graph used, R). Raises if the op itself fails."""
-    in_bytes = shape[0] * shape[1] * 2
-    r = _num_sets(in_bytes)
-    xs = [torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(r)]
+def rotation_sets(bytes_per_call: int, max_sets: int = MAX_SETS) -> int:
+    want = math.ceil(L2_MULTIPLE * l2_bytes() / max(1, bytes_per_call))
+    return int(min(max(want, MIN_SETS), max_sets))
 
-    # warm-up (and compilation) on a side stream, as recommended before graph capture
+
+def time_op(fn, shape, sets: int, replays: int):
+    """Times fn over `sets` rotation sets of fresh bf16 inputs of `shape`.
+    Returns (median, min, max us per call, graph used). Raises if the op itself fails."""
+    xs = [torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+
+    # first calls outside the graph (lazy init; torch.compile compiles here), on a side stream
+    # as recommended before capture
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for i in range(WARMUP_CALLS):
-            fn(xs[i % r])
+        for i in range(max(MIN_CALLS, sets)):
+            fn(xs[i % sets])
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
 
@@ -268,12 +287,12 @@ def time_op(fn, shape, replays: int):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             outs = [fn(x) for x in xs]
-        graph.replay()                      # warm-up replay
         torch.cuda.synchronize()
         run = graph.replay
         used_graph = True
     except Exception as exc:  # capture failed: time the same loop without a graph
-        log(f"    graph capture failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+        first = str(exc).strip().splitlines()
+        log(f"    graph capture failed ({type(exc).__name__}: {first[0] if first else ''}); "
             "timing without a graph")
         graph = None
         outs = None
@@ -286,10 +305,10 @@ def time_op(fn, shape, replays: int):
             for x in xs:
                 fn(x)
 
-        run()                               # warm-up loop
-        torch.cuda.synchronize()
         used_graph = False
 
+    for _ in range(WARMUP_REPLAYS):
+        run()
     n = max(20, replays)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
@@ -298,9 +317,9 @@ def time_op(fn, shape, replays: int):
         run()
         ends[i].record()
     torch.cuda.synchronize()
-    ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    per_call = [a.elapsed_time(b) * 1000.0 / sets for a, b in zip(starts, ends)]
     del graph, outs, xs
-    return ms * 1000.0 / r, used_graph, r
+    return statistics.median(per_call), min(per_call), max(per_call), used_graph
 
 
 def _write_json(path: str, records) -> None:
@@ -314,9 +333,6 @@ def _write_json(path: str, records) -> None:
 
 
 def run_bench(args) -> int:
-    if not torch.cuda.is_available():
-        log("quant_torch: no CUDA device; the benchmark needs one (--check runs on CPU too)")
-        return 2
     ops = _parse_list(args.ops, OPS, "--ops")
     layouts = _parse_list(args.layouts, LAYOUTS, "--layouts")
     impls = [IMPLS[i] for i in _parse_list(args.impls, tuple(IMPLS), "--impls")]
@@ -332,9 +348,19 @@ def run_bench(args) -> int:
         if h % GROUP:
             log(f"quant_torch: --H {h} is not a multiple of the group size {GROUP}")
             return 2
+    if args.max_sets < MIN_SETS:
+        log(f"quant_torch: --max-sets must be at least {MIN_SETS}")
+        return 2
+    if not torch.cuda.is_available():
+        log("quant_torch: no CUDA device; the benchmark needs one (--check runs on CPU too)")
+        return 2
     torch.manual_seed(args.seed)
-    # belt and braces besides the reset in compile_op
-    torch._dynamo.config.recompile_limit = max(64, torch._dynamo.config.recompile_limit)
+    # belt and braces besides the reset in compile_op (the name changed across torch versions)
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(64, getattr(cfg, name)))
+            break
 
     cases = []
     for op in ops:
@@ -345,7 +371,8 @@ def run_bench(args) -> int:
                         cases.append((op, op_layout(op, layout), t, h, impl))
 
     dev = torch.cuda.get_device_name()
-    log(f"quant_torch: torch {torch.__version__}, {dev}, {len(cases)} cases")
+    log(f"quant_torch: torch {torch.__version__}, {dev}, L2 {l2_bytes() >> 20} MiB, "
+        f"{len(cases)} cases")
     hdr = (f"{'op':<15} {'layout':<14} {'T':>6} {'H':>6} {'impl':<14} {'R':>3} {'graph':>5} "
            f"{'us':>10} {'GB/s':>8}")
     print(hdr)
@@ -358,10 +385,12 @@ def run_bench(args) -> int:
         log(f"[{i + 1}/{len(cases)}] {op} {layout or '-'} T={t} H={h} {impl} "
             f"({time.time() - t_start:.0f} s)")
         fn = make_op(op, layout)
+        nbytes = bytes_moved(op, layout, t, h)
+        r = rotation_sets(nbytes, args.max_sets)
         try:
             if impl == "torch_compile":
                 fn = compile_op(fn)
-            us, graph, r = time_op(fn, input_shape(op, t, h), args.replays)
+            us, us_min, us_max, graph = time_op(fn, input_shape(op, t, h), r, args.replays)
         except Exception as exc:
             failures += 1
             msg = str(exc).strip().splitlines()
@@ -372,10 +401,11 @@ def run_bench(args) -> int:
         finally:
             gc.collect()
             torch.cuda.empty_cache()
-        nbytes = bytes_moved(op, layout, t, h)
         gbps = nbytes / (us * 1e3)
-        rec = {"op": op, "layout": layout, "T": t, "H": h, "impl": impl, "us": round(us, 4),
-               "gbps": round(gbps, 3), "bytes": nbytes, "graph": graph}
+        rec = {"op": op, "layout": record_layout(op, layout), "T": t, "H": h, "impl": impl,
+               "us": us, "gbps": gbps, "bytes": nbytes, "graph": graph,
+               "us_min": us_min, "us_max": us_max, "sets": r, "reps": max(20, args.replays),
+               "gpu": dev, "torch": torch.__version__}
         records.append(rec)
         print(f"{op:<15} {layout or '-':<14} {t:>6} {h:>6} {impl:<14} {r:>3} "
               f"{'yes' if graph else 'NO':>5} {us:>10.3f} {gbps:>8.1f}", flush=True)
@@ -663,6 +693,8 @@ def main(argv=None) -> int:
                    help=f"T in {list(QUICK_T)}, H {list(QUICK_H)} (--T/--H still override)")
     p.add_argument("--replays", type=int, default=DEFAULT_REPLAYS,
                    help=f"timed graph replays per case (at least 20; default {DEFAULT_REPLAYS})")
+    p.add_argument("--max-sets", type=int, default=MAX_SETS,
+                   help=f"cap on the rotation sets (default {MAX_SETS}, as fp8route's benchmark)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--check", action="store_true",
                    help="correctness self-check instead of timing: eager == compiled (bitwise; "
