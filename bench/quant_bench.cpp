@@ -19,6 +19,7 @@
 #include "fp8route/device.h"
 #include "fp8route/quant.h"
 #include "fp8route/reference.h"
+#include "quant/quant_internal.h"
 
 using namespace fp8route;
 
@@ -78,13 +79,14 @@ int main(int argc, char** argv) {
   std::string ops = "group,silu_group,token,tensor_dynamic", layouts = "row_major,col_major,col_major_tma,ue8m0_tma";
   std::string ts = "1,2,4,8,16,32,64,16384", hs = "4096,7168", json_path;
   bool quick = false;
-  int reps = 20;
+  int reps = 20, items = 0;
   app.add_option("--ops", ops, "comma list of group, silu_group, token, tensor_dynamic");
   app.add_option("--layouts", layouts, "layouts for op group: row_major, col_major, col_major_tma, ue8m0_tma");
   app.add_option("--T", ts, "comma list of token counts");
   app.add_option("--H", hs, "comma list of widths (output width for silu_group)");
   app.add_option("--reps", reps, "timed graph replays (median reported), >= 20");
   app.add_option("--json", json_path, "write one record per (op, layout, T, H)");
+  app.add_option("--items", items, "group kernel items per thread: 0 = automatic rule, 1 or 4 forced");
   app.add_flag("--quick", quick, "T in 1,64,16384 and H 7168 only");
   CLI11_PARSE(app, argc, argv);
   if (quick) {
@@ -96,6 +98,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const DeviceInfo& dev = device_info(0);
+  detail::force_group_items(items);
   bench::MeasureOptions opt;
   opt.reps = std::max(reps, 20);
   std::mt19937_64 rng(2026);
@@ -170,7 +173,7 @@ int main(int argc, char** argv) {
                           {"T", r.T}, {"H", r.H}, {"impl", r.op == "copy" ? "cudaMemcpy" : "fp8route"},
                           {"us", r.m.median_us}, {"us_min", r.m.min_us}, {"us_max", r.m.max_us},
                           {"gbps", r.bytes / r.m.median_us / 1e3}, {"bytes", r.bytes}, {"graph", r.m.graph},
-                          {"sets", r.m.sets}, {"reps", r.m.reps}, {"gpu", dev.name},
+                          {"sets", r.m.sets}, {"reps", r.m.reps}, {"gpu", dev.name}, {"items", items},
                           {"fp8route", v.fp8route}};
       out.push_back(j);
     }

@@ -19,6 +19,7 @@
 #include "fp8route/quant.h"
 #include "fp8route/reference.h"
 #include "gpu_util.h"
+#include "quant/quant_internal.h"
 #include "test_util.h"
 
 namespace fp8route {
@@ -81,10 +82,14 @@ TEST(GroupQuantGpu, EveryCombinationBitExact) {
       for (int64_t T : {1, 3, 127}) {
         const int64_t H = kWidths[w++ % std::size(kWidths)];
         auto x = test::random_activations(in, T * H, rng, s.group_size);
-        auto got = gpu_group_quant(x, in, T, H, H, s);
         auto want = ref::per_token_group_quant(x.data(), in, T, H, H, s);
-        ASSERT_TRUE(bytes_equal(got.codes, want.codes, "codes", H)) << repro(s, in, T, H);
-        ASSERT_TRUE(bytes_equal(got.scales, want.scales, "scales")) << repro(s, in, T, H);
+        for (int items : {1, 4}) {  // both kernel shapes, whichever the automatic rule picks
+          detail::force_group_items(items);
+          auto got = gpu_group_quant(x, in, T, H, H, s);
+          detail::force_group_items(0);
+          ASSERT_TRUE(bytes_equal(got.codes, want.codes, "codes", H)) << repro(s, in, T, H) << " items=" << items;
+          ASSERT_TRUE(bytes_equal(got.scales, want.scales, "scales")) << repro(s, in, T, H) << " items=" << items;
+        }
         ++cases;
       }
   std::printf("[fp8route] %d combinations bit-exact\n", cases);

@@ -11,6 +11,7 @@
 #include "fp8route/device.h"
 #include "fp8route/kernels/quant.cuh"
 #include "fp8route/quant.h"
+#include "quant/quant_internal.h"
 
 namespace fp8route {
 
@@ -43,24 +44,56 @@ void dispatch_float(DType t, F&& f) {
   FP8ROUTE_CHECK(false, "x: dtype " << dtype_name(t) << " is not f32, f16 or bf16");
 }
 
-template <class InT, int kGroup, bool kFused>
-void launch_group(const GroupQuantParams& p, int64_t group_sets, cudaStream_t stream) {
-  constexpr int64_t per_block = kernels::group_slots_per_block<kGroup>();
-  const int64_t blocks = (group_sets + per_block - 1) / per_block;
-  FP8ROUTE_CHECK(blocks <= 0x7FFFFFFF, "x: too many groups (" << group_sets << ") for one launch");
-  kernels::group_quant_kernel<InT, kGroup, kFused>
-      <<<static_cast<unsigned>(blocks), kernels::kGroupThreads, 0, stream>>>(p);
+// Items per thread: 4 (bytes in flight) once the launch has more vectors than the GPU has
+// threads to give them, else 1 (shorter chains over more blocks). FP8ROUTE's benchmark can force
+// either (detail::force_group_items) to re-measure this rule.
+int g_force_items = 0;
+
+int group_items(int64_t rows, int64_t vecs_per_row) {
+  if (g_force_items) return g_force_items;
+  const int64_t resident_threads = static_cast<int64_t>(device_info(-1).sm_count) * 2048;
+  return rows * vecs_per_row > 2 * resident_threads ? 4 : 1;
+}
+
+// Block shape: blockDim.x threads per row chunk (a multiple of the warp, chosen so chunks split
+// the row evenly), blockDim.y rows; narrow rows pack several rows into a warp instead.
+template <class InT, int kGroup, bool kFused, int kItems>
+void launch_group(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) {
+  constexpr int kLanes = kernels::GroupTraits<kGroup>::kLanes;
+  const int64_t vecs = p.hidden / kernels::kQuantVec;
+  const int64_t per_thread = (vecs + kItems - 1) / kItems;
+  int tpr, rows_per_block = 1;
+  int64_t chunks = 1;
+  if (per_thread >= 32) {
+    chunks = (per_thread + kernels::kGroupThreads - 1) / kernels::kGroupThreads;
+    tpr = static_cast<int>(((per_thread + chunks - 1) / chunks + 31) / 32 * 32);
+    rows_per_block = std::max(1, kernels::kGroupThreads / tpr);
+  } else {
+    tpr = kLanes;  // a power of two dividing 32, so warps hold whole rows
+    while (tpr < per_thread) tpr *= 2;
+    rows_per_block = kernels::kGroupThreads / tpr;
+  }
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  FP8ROUTE_CHECK(blocks <= 0x7FFFFFFF && chunks <= 65535, "x: too many rows (" << rows << ") for one launch");
+  kernels::group_quant_kernel<InT, kGroup, kFused, kItems>
+      <<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks)), dim3(tpr, rows_per_block), 0, stream>>>(p);
   FP8ROUTE_CHECK_LAUNCH();
 }
 
+template <class InT, int kGroup, bool kFused>
+void launch_group_items(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) {
+  if (group_items(rows, p.hidden / kernels::kQuantVec) == 4) launch_group<InT, kGroup, kFused, 4>(p, rows, stream);
+  else launch_group<InT, kGroup, kFused, 1>(p, rows, stream);
+}
+
 template <class InT, bool kFused>
-void launch_group_size(int group, const GroupQuantParams& p, int64_t group_sets, cudaStream_t stream) {
+void launch_group_size(int group, const GroupQuantParams& p, int64_t rows, cudaStream_t stream) {
   switch (group) {
-    case 16: return launch_group<InT, 16, kFused>(p, group_sets, stream);
-    case 32: return launch_group<InT, 32, kFused>(p, group_sets, stream);
-    case 64: return launch_group<InT, 64, kFused>(p, group_sets, stream);
-    case 128: return launch_group<InT, 128, kFused>(p, group_sets, stream);
-    case 256: return launch_group<InT, 256, kFused>(p, group_sets, stream);
+    case 16: return launch_group_items<InT, 16, kFused>(p, rows, stream);
+    case 32: return launch_group_items<InT, 32, kFused>(p, rows, stream);
+    case 64: return launch_group_items<InT, 64, kFused>(p, rows, stream);
+    case 128: return launch_group_items<InT, 128, kFused>(p, rows, stream);
+    case 256: return launch_group_items<InT, 256, kFused>(p, rows, stream);
   }
   FP8ROUTE_CHECK(false, "group_size: " << group << " has no kernel");
 }
@@ -153,10 +186,9 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   int64_t rows = p.experts * tokens;
   if (form == Form::scatter) rows = std::max<int64_t>(rows, 1);  // row 0 zeroes the scale padding
   if (rows == 0) return;
-  const int64_t group_sets = rows * L.groups;
   dispatch_float(x.dtype, [&]<class InT>() {
-    if (fused) launch_group_size<InT, true>(spec.group_size, p, group_sets, stream);
-    else launch_group_size<InT, false>(spec.group_size, p, group_sets, stream);
+    if (fused) launch_group_size<InT, true>(spec.group_size, p, rows, stream);
+    else launch_group_size<InT, false>(spec.group_size, p, rows, stream);
   });
 }
 
@@ -207,6 +239,13 @@ unsigned tensor_blocks(const RowQuantParams& p) {
 }
 
 }  // namespace
+
+namespace detail {
+void force_group_items(int items) {
+  FP8ROUTE_CHECK(items == 0 || items == 1 || items == 4, "items: 0 (automatic), 1 or 4, got " << items);
+  g_force_items = items;
+}
+}  // namespace detail
 
 GroupQuantOutputs allocate_group_quant_outputs(const GroupQuantSpec& spec, int64_t tokens,
                                                int64_t hidden, int64_t experts) {
@@ -307,7 +346,16 @@ void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const Te
   check_sm90();
   RowQuantParams p = row_params(x, q);
   float* s = static_cast<float*>(scale.data);
-  // The scale slot holds the amax bits until the codes are written, then the scale.
+  bool small = false;
+  dispatch_float(x.dtype, [&]<class InT>() {
+    if (x.numel() > static_cast<int64_t>(kernels::kSmallThreads) * kernels::small_vecs<InT>() * kernels::kQuantVec) return;
+    small = true;
+    p.s = s;
+    kernels::tensor_quant_small_kernel<InT><<<1, kernels::kSmallThreads, 0, stream>>>(p);
+    FP8ROUTE_CHECK_LAUNCH();
+  });
+  if (small) return;
+  // Larger: the scale slot holds the amax bits until the codes are written, then the scale.
   FP8ROUTE_CUDA_CHECK(cudaMemsetAsync(s, 0, sizeof(float), stream));
   dispatch_float(x.dtype, [&]<class InT>() {
     if (x.size(0) > 0) {

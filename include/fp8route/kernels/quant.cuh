@@ -119,25 +119,42 @@ __device__ __forceinline__ ScaleAndMultiplier make_scale(float amax, float qmax,
 // Eight codes packed little-endian into 8 bytes. NaN elements -> 0; E4M3 saturates (+-inf
 // included) to +-448, INT8 rounds to nearest even and saturates to +-127.
 __device__ __forceinline__ uint2 encode8(const float (&x)[kQuantVec], float m, bool int8) {
-  float v[kQuantVec];
-#pragma unroll
-  for (int i = 0; i < kQuantVec; ++i) v[i] = isnan(x[i]) ? 0.0f : __fmul_rn(x[i], m);
   uint32_t w[2] = {0, 0};
   if (!int8) {
 #pragma unroll
     for (int i = 0; i < kQuantVec; i += 2) {
-      const __nv_fp8x2_storage_t p =
-          __nv_cvt_float2_to_fp8x2(make_float2(v[i], v[i + 1]), __NV_SATFINITE, __NV_E4M3);
+      const __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(
+          make_float2(__fmul_rn(x[i], m), __fmul_rn(x[i + 1], m)), __NV_SATFINITE, __NV_E4M3);
       w[i / 4] |= static_cast<uint32_t>(p) << (8 * (i % 4));
     }
+    // A NaN input converts to the NaN code 0x7F / 0xFF, the only codes whose low seven bits are
+    // all set; NUMERICS.md wants 0 there. Fixed on the packed bytes: 3 instructions per 4 codes
+    // instead of a test per element.
+#pragma unroll
+    for (int j = 0; j < 2; ++j) w[j] &= ~__vcmpeq4(w[j] | 0x80808080u, 0xFFFFFFFFu);
   } else {
 #pragma unroll
     for (int i = 0; i < kQuantVec; ++i) {
-      const int q = __float2int_rn(fminf(fmaxf(v[i], -127.0f), 127.0f));
+      const float v = isnan(x[i]) ? 0.0f : __fmul_rn(x[i], m);
+      const int q = __float2int_rn(fminf(fmaxf(v, -127.0f), 127.0f));
       w[i / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i % 4));
     }
   }
   return make_uint2(w[0], w[1]);
+}
+
+// Finite-amax of eight values: fmaxf with |x| ignores NaN for free; an infinity (rare) sends the
+// lane through the exact test, so the common case costs one instruction per element.
+__device__ __forceinline__ float finite_amax8(const float (&x)[kQuantVec]) {
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kQuantVec; ++i) a = fmaxf(a, fabsf(x[i]));
+  if (a > FLT_MAX) {
+    a = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kQuantVec; ++i) a = fmaxf(a, finite_abs(x[i]));
+  }
+  return a;
 }
 
 // ---- the group-quant kernel --------------------------------------------------------------------
@@ -195,61 +212,59 @@ struct GroupTraits {
                 "group size must be 8 * a power of two, at most 256");
 };
 
+// ---- launch shape ---------------------------------------------------------------------------------
+// Grid (row blocks, chunks). A block holds blockDim.y rows of blockDim.x threads; chunk y of a row
+// is kItems * blockDim.x vectors, each thread taking kItems of them with all loads issued before
+// the first is used. kItems = 4 for large inputs (bytes in flight), 1 for small ones (a short
+// chain per thread over more blocks: latency). A row's expert and token come from the block index
+// once; per-element work is kept to a few instructions because at HBM speed this kernel has about
+// 128 instruction slots per warp per 256 elements.
 constexpr int kGroupThreads = 256;
-// Group slots per lane: each thread issues this many 16-byte loads (twice that when fused) before
-// it needs the first, enough bytes in flight per SM to cover HBM latency.
-constexpr int kGroupItems = 4;
 
-template <int kGroup>
-constexpr int64_t group_slots_per_block() {
-  return static_cast<int64_t>(kGroupThreads / GroupTraits<kGroup>::kLanes) * kGroupItems;
-}
-
-template <class InT, int kGroup, bool kFused>
+// Every lane of a warp must reach each shuffle, so every thread runs the same steps (rows of one
+// launch have the same width) and inactive lanes take part with amax 0.
+template <class InT, int kGroup, bool kFused, int kItems>
 __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQuantParams p) {
   constexpr int kLanes = GroupTraits<kGroup>::kLanes;
-  constexpr int kSlotsPerPass = kGroupThreads / kLanes;
-  const int lane = threadIdx.x % kLanes;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * group_slots_per_block<kGroup>() + threadIdx.x / kLanes;
+  const int tpr = blockDim.x;
+  const int tx = threadIdx.x;
+  const int lane = tx % kLanes;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t src_rows = p.experts * p.tokens;
+  const int64_t e = p.tokens > 0 ? row / p.tokens : row;
+  const int64_t t = row - e * p.tokens;
+  bool valid = row < src_rows;
+  if (valid && p.masked_m) valid = t < min(static_cast<int64_t>(p.masked_m[e]), p.tokens);
+  // Layout rows past the last token are zeroed by the last row of each expert (scatter: by source
+  // row 0, which is launched even with no tokens), one column per group leader.
+  const bool pad_row = p.t_pad > 0 && (p.src2dst ? row == 0 : (row < src_rows && t == p.tokens - 1));
 
-  int64_t e[kGroupItems], t[kGroupItems], c[kGroupItems];
-  bool valid[kGroupItems];
-  Raw8<InT> raw[kGroupItems], raw_up[kFused ? kGroupItems : 1];
+  const int vecs = static_cast<int>(p.hidden / kQuantVec);
+  const int first = static_cast<int>(blockIdx.y) * kItems * tpr + tx;
+  const InT* src = static_cast<const InT*>(p.x) + e * p.x_stride_e + t * p.x_stride_t;
+  uint8_t* q_row = p.q + e * p.q_stride_e + t * p.hidden;
 
-  // ---- indices, scale padding, loads
+  Raw8<InT> raw[kItems], raw_up[kFused ? kItems : 1];
 #pragma unroll
-  for (int k = 0; k < kGroupItems; ++k) {
-    const int64_t gid = first + k * kSlotsPerPass;
-    const int64_t row = gid / p.groups;
-    c[k] = gid - row * p.groups;
-    e[k] = row / (p.tokens > 0 ? p.tokens : 1);
-    t[k] = row - e[k] * p.tokens;
-    valid[k] = row < src_rows;
-    if (valid[k] && p.masked_m) valid[k] = t[k] < min(static_cast<int64_t>(p.masked_m[e[k]]), p.tokens);
-    // Layout rows past the last token are zeroed by the lanes of the last row (scatter: row 0,
-    // which exists even with no tokens), one (expert, column) each.
-    if (lane == 0 && p.t_pad > 0) {
-      if (p.src2dst) {
-        if (row == 0) zero_row_padding(p, 0, p.dst_rows, c[k]);
-      } else if (row < src_rows && t[k] == p.tokens - 1) {
-        zero_row_padding(p, e[k], p.tokens, c[k]);
-      }
-    }
-    if (valid[k]) {
-      const InT* src = static_cast<const InT*>(p.x) + e[k] * p.x_stride_e + t[k] * p.x_stride_t +
-                       c[k] * kGroup + lane * kQuantVec;
-      raw[k] = load_raw8(src);
-      if constexpr (kFused) raw_up[k] = load_raw8(src + p.hidden);
+  for (int k = 0; k < kItems; ++k) {
+    const int v = first + k * tpr;
+    if (valid && v < vecs) {
+      raw[k] = load_raw8(src + v * kQuantVec);
+      if constexpr (kFused) raw_up[k] = load_raw8(src + p.hidden + v * kQuantVec);
     }
   }
-
-  // ---- per slot: amax over the group's lanes, scale, codes
 #pragma unroll
-  for (int k = 0; k < kGroupItems; ++k) {
+  for (int k = 0; k < kItems; ++k) {
+    const int v = first + k * tpr;
+    const bool active = valid && v < vecs;
+    const int c = v / kLanes;  // group (kLanes is a power of two)
+    if (pad_row && lane == 0 && v < vecs) {
+      if (p.src2dst) zero_row_padding(p, 0, p.dst_rows, c);
+      else zero_row_padding(p, e, p.tokens, c);
+    }
     float x[kQuantVec];
     float amax = 0.0f;
-    if (valid[k]) {
+    if (active) {
       to_float8(raw[k], x);
       if constexpr (kFused) {
         float up[kQuantVec];
@@ -257,28 +272,25 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
 #pragma unroll
         for (int i = 0; i < kQuantVec; ++i) x[i] = silu_and_mul(x[i], up[i]);
       }
-#pragma unroll
-      for (int i = 0; i < kQuantVec; ++i) amax = fmaxf(amax, finite_abs(x[i]));
+      amax = finite_amax8(x);
     }
-    // Every lane of the warp takes part in the shuffles (invalid ones with amax 0), so the full
-    // mask is always right.
 #pragma unroll
     for (int off = kLanes / 2; off > 0; off >>= 1)
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    if (!valid[k]) continue;
+    if (!active) continue;
 
     const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
     const uint2 codes = encode8(x, sm.multiplier, p.int8);
     if (!p.src2dst) {
-      *reinterpret_cast<uint2*>(p.q + e[k] * p.q_stride_e + t[k] * p.hidden + c[k] * kGroup + lane * kQuantVec) = codes;
-      if (lane == 0) store_scale(p, e[k], t[k], c[k], sm);
+      *reinterpret_cast<uint2*>(q_row + v * kQuantVec) = codes;
+      if (lane == 0) store_scale(p, e, t, c, sm);
       continue;
     }
     for (int j = 0; j < p.topk; ++j) {
-      const int64_t dst = p.src2dst[t[k] * p.topk + j];
+      const int64_t dst = p.src2dst[t * p.topk + j];
       if (dst < 0 || dst >= p.dst_rows) continue;
-      *reinterpret_cast<uint2*>(p.q + dst * p.hidden + c[k] * kGroup + lane * kQuantVec) = codes;
-      if (lane == 0) store_scale(p, 0, dst, c[k], sm);
+      *reinterpret_cast<uint2*>(p.q + dst * p.hidden + v * kQuantVec) = codes;
+      if (lane == 0) store_scale(p, 0, dst, c, sm);
     }
   }
 }
@@ -323,8 +335,7 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
   for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
     float x[kQuantVec];
     load_vec8(row + v * kQuantVec, x);
-#pragma unroll
-    for (int i = 0; i < kQuantVec; ++i) amax = fmaxf(amax, finite_abs(x[i]));
+    amax = fmaxf(amax, finite_amax8(x));
   }
   amax = block_max(amax, smem);
   const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
@@ -361,8 +372,7 @@ __global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuant
       if (i0 + k * stride >= total) break;
       float x[kQuantVec];
       to_float8(raw[k], x);
-#pragma unroll
-      for (int j = 0; j < kQuantVec; ++j) amax = fmaxf(amax, finite_abs(x[j]));
+      amax = fmaxf(amax, finite_amax8(x));
     }
   }
   amax = block_max(amax, smem);
@@ -406,6 +416,50 @@ __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuan
           encode8(x, kStatic ? 1.0f : m, p.int8);
     }
   }
+}
+
+// Small tensors in one block, held in registers: one read of x, no memset, no second launch.
+constexpr int kSmallThreads = 1024;
+// Vectors per thread: 16 bytes of raw input each, 32 registers in all (1024 threads get 64).
+template <class InT>
+constexpr int small_vecs() { return sizeof(InT) == 4 ? 4 : 8; }
+
+template <class InT>
+__global__ void __launch_bounds__(kSmallThreads) tensor_quant_small_kernel(const RowQuantParams p) {
+  __shared__ float smem[32];
+  const int64_t vecs_per_row = p.hidden / kQuantVec;
+  const int64_t total = p.rows * vecs_per_row;
+  constexpr int kSmallVecs = small_vecs<InT>();
+  Raw8<InT> raw[kSmallVecs];
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kSmallVecs; ++k) {
+    const int64_t i = k * kSmallThreads + threadIdx.x;
+    if (i < total) {
+      const int64_t t = i / vecs_per_row;
+      raw[k] = load_raw8(static_cast<const InT*>(p.x) + t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kSmallVecs; ++k) {
+    if (k * kSmallThreads + threadIdx.x >= total) break;
+    float x[kQuantVec];
+    to_float8(raw[k], x);
+    amax = fmaxf(amax, finite_amax8(x));
+  }
+  amax = block_max(amax, smem);
+  const ScaleAndMultiplier sm = make_scale(amax, p.qmax, false);
+#pragma unroll
+  for (int k = 0; k < kSmallVecs; ++k) {
+    const int64_t i = k * kSmallThreads + threadIdx.x;
+    if (i >= total) break;
+    const int64_t t = i / vecs_per_row;
+    float x[kQuantVec];
+    to_float8(raw[k], x);
+    *reinterpret_cast<uint2*>(p.q + t * p.hidden + (i - t * vecs_per_row) * kQuantVec) =
+        encode8(x, sm.multiplier, p.int8);
+  }
+  if (threadIdx.x == 0) *p.s = sm.scale;
 }
 
 // scale = max(amax, floor) / qmax, after the codes are written (stream order).
