@@ -396,7 +396,8 @@ TEST(RowQuantGpu, PerTokenBitExact) {
     for (DType code : {DType::e4m3, DType::i8})
       for (auto r : {ScaleRounding::none, ScaleRounding::pow2})
         for (int64_t T : {1, 3, 127}) {
-          const int64_t H = kWidths[(T + static_cast<int>(in)) % std::size(kWidths)];
+          // Rows up to 8192 wide stay in registers; wider ones take the two-read path.
+          const int64_t H = T == 3 ? 18432 : kWidths[(T + static_cast<int>(in)) % std::size(kWidths)];
           auto x = test::random_activations(in, T * H, rng, H);
           test::store_value(x, in, H / 2, T % 2 ? NAN : INFINITY);
           DeviceBuffer dx = upload(x), dq(T * H), ds(T * 4);

@@ -346,15 +346,14 @@ void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const Te
   check_sm90();
   RowQuantParams p = row_params(x, q);
   float* s = static_cast<float*>(scale.data);
-  bool small = false;
-  dispatch_float(x.dtype, [&]<class InT>() {
-    if (x.numel() > static_cast<int64_t>(kernels::kSmallThreads) * kernels::small_vecs<InT>() * kernels::kQuantVec) return;
-    small = true;
+  if (x.numel() <= static_cast<int64_t>(kernels::kSmallThreads) * kernels::kSmallVecsPerThread * kernels::kQuantVec) {
     p.s = s;
-    kernels::tensor_quant_small_kernel<InT><<<1, kernels::kSmallThreads, 0, stream>>>(p);
-    FP8ROUTE_CHECK_LAUNCH();
-  });
-  if (small) return;
+    dispatch_float(x.dtype, [&]<class InT>() {
+      kernels::tensor_quant_small_kernel<InT><<<1, kernels::kSmallThreads, 0, stream>>>(p);
+      FP8ROUTE_CHECK_LAUNCH();
+    });
+    return;
+  }
   // Larger: the scale slot holds the amax bits until the codes are written, then the scale.
   FP8ROUTE_CUDA_CHECK(cudaMemsetAsync(s, 0, sizeof(float), stream));
   dispatch_float(x.dtype, [&]<class InT>() {

@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
   const int lane = tx % kLanes;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t src_rows = p.experts * p.tokens;
-  const int64_t e = p.tokens > 0 ? row / p.tokens : row;
+  const int64_t e = p.experts > 1 ? row / p.tokens : 0;  // no division in the common case
   const int64_t t = row - e * p.tokens;
   bool valid = row < src_rows;
   if (valid && p.masked_m) valid = t < min(static_cast<int64_t>(p.masked_m[e]), p.tokens);
@@ -324,25 +324,59 @@ struct RowQuantParams {
   bool int8, pow2;
 };
 
-// One block per row: amax over the row, then its codes (the row is re-read from L1/L2).
+// One block per row: amax over the row, then its codes. Rows of up to kTokenRegVecs vectors per
+// thread stay in registers (one read); wider rows are read again from L1/L2 for the codes.
+constexpr int kTokenRegVecs = 4;
+
 template <class InT>
 __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQuantParams p) {
   __shared__ float smem[32];
   const int64_t t = blockIdx.x;
   const InT* row = static_cast<const InT*>(p.x) + t * p.x_stride_t;
-  const int64_t vecs = p.hidden / kQuantVec;
+  uint8_t* q = p.q + t * p.hidden;
+  const int vecs = static_cast<int>(p.hidden / kQuantVec);
+  if (vecs <= kTokenRegVecs * kRowThreads) {
+    Raw8<InT> raw[kTokenRegVecs];
+#pragma unroll
+    for (int k = 0; k < kTokenRegVecs; ++k) {
+      const int v = k * kRowThreads + threadIdx.x;
+      if (v < vecs) raw[k] = load_raw8(row + v * kQuantVec);
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kTokenRegVecs; ++k) {
+      if (k * kRowThreads + static_cast<int>(threadIdx.x) < vecs) {
+        float x[kQuantVec];
+        to_float8(raw[k], x);
+        amax = fmaxf(amax, finite_amax8(x));
+      }
+    }
+    amax = block_max(amax, smem);
+    const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
+#pragma unroll
+    for (int k = 0; k < kTokenRegVecs; ++k) {
+      const int v = k * kRowThreads + threadIdx.x;
+      if (v < vecs) {
+        float x[kQuantVec];
+        to_float8(raw[k], x);
+        *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode8(x, sm.multiplier, p.int8);
+      }
+    }
+    if (threadIdx.x == 0) p.s[t] = sm.scale;
+    return;
+  }
   float amax = 0.0f;
-  for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
+  for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
     float x[kQuantVec];
     load_vec8(row + v * kQuantVec, x);
     amax = fmaxf(amax, finite_amax8(x));
   }
   amax = block_max(amax, smem);
   const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
-  for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
+  for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
     float x[kQuantVec];
     load_vec8(row + v * kQuantVec, x);
-    *reinterpret_cast<uint2*>(p.q + t * p.hidden + v * kQuantVec) = encode8(x, sm.multiplier, p.int8);
+    *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode8(x, sm.multiplier, p.int8);
   }
   if (threadIdx.x == 0) p.s[t] = sm.scale;
 }
@@ -418,46 +452,42 @@ __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuan
   }
 }
 
-// Small tensors in one block, held in registers: one read of x, no memset, no second launch.
+// Small tensors in one block: no memset, no second launch. The block reads x twice (the second
+// time from L1/L2) instead of holding it in registers, which 1024 threads do not have to spare.
 constexpr int kSmallThreads = 1024;
-// Vectors per thread: 16 bytes of raw input each, 32 registers in all (1024 threads get 64).
-template <class InT>
-constexpr int small_vecs() { return sizeof(InT) == 4 ? 4 : 8; }
+constexpr int kSmallVecsPerThread = 8;  // up to 64K elements
 
 template <class InT>
 __global__ void __launch_bounds__(kSmallThreads) tensor_quant_small_kernel(const RowQuantParams p) {
   __shared__ float smem[32];
-  const int64_t vecs_per_row = p.hidden / kQuantVec;
-  const int64_t total = p.rows * vecs_per_row;
-  constexpr int kSmallVecs = small_vecs<InT>();
-  Raw8<InT> raw[kSmallVecs];
+  const int vecs_per_row = static_cast<int>(p.hidden / kQuantVec);
+  const int total = static_cast<int>(p.rows) * vecs_per_row;
+  auto src = [&](int i) {
+    const int t = i / vecs_per_row;
+    return static_cast<const InT*>(p.x) + t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec;
+  };
   float amax = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kSmallVecs; ++k) {
-    const int64_t i = k * kSmallThreads + threadIdx.x;
+  for (int k = 0; k < kSmallVecsPerThread; ++k) {
+    const int i = k * kSmallThreads + threadIdx.x;
     if (i < total) {
-      const int64_t t = i / vecs_per_row;
-      raw[k] = load_raw8(static_cast<const InT*>(p.x) + t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec);
+      float x[kQuantVec];
+      load_vec8(src(i), x);
+      amax = fmaxf(amax, finite_amax8(x));
     }
-  }
-#pragma unroll
-  for (int k = 0; k < kSmallVecs; ++k) {
-    if (k * kSmallThreads + threadIdx.x >= total) break;
-    float x[kQuantVec];
-    to_float8(raw[k], x);
-    amax = fmaxf(amax, finite_amax8(x));
   }
   amax = block_max(amax, smem);
   const ScaleAndMultiplier sm = make_scale(amax, p.qmax, false);
 #pragma unroll
-  for (int k = 0; k < kSmallVecs; ++k) {
-    const int64_t i = k * kSmallThreads + threadIdx.x;
-    if (i >= total) break;
-    const int64_t t = i / vecs_per_row;
-    float x[kQuantVec];
-    to_float8(raw[k], x);
-    *reinterpret_cast<uint2*>(p.q + t * p.hidden + (i - t * vecs_per_row) * kQuantVec) =
-        encode8(x, sm.multiplier, p.int8);
+  for (int k = 0; k < kSmallVecsPerThread; ++k) {
+    const int i = k * kSmallThreads + threadIdx.x;
+    if (i < total) {
+      float x[kQuantVec];
+      load_vec8(src(i), x);
+      const int t = i / vecs_per_row;
+      *reinterpret_cast<uint2*>(p.q + t * p.hidden + (i - t * vecs_per_row) * kQuantVec) =
+          encode8(x, sm.multiplier, p.int8);
+    }
   }
   if (threadIdx.x == 0) *p.s = sm.scale;
 }
