@@ -14,7 +14,7 @@ struct Component {
 
 // GEMM backends arrive with their own issues; until then `info` says so instead of pretending.
 constexpr Component kComponents[] = {
-    {"quant (per-token-group etc.)", false, "not in this build yet (quantization kernels issue)"},
+    {"quant (group, token, tensor)", true, ""},
     {"gemm backend cublaslt", false, "not in this build yet (GEMM backends issue)"},
     {"gemm backend cutlass_sm90", false, "not in this build yet (GEMM backends issue)"},
     {"gemm backend skinny", false, "not in this build yet (small-M backend issue)"},
