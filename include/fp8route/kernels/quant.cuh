@@ -47,21 +47,22 @@ __device__ __forceinline__ void to_float8(const Raw8<float>& v, float (&f)[kQuan
   }
 }
 
-__device__ __forceinline__ void to_float8(const Raw8<__nv_bfloat16>& v, float (&f)[kQuantVec]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v.r[0]);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 x = __bfloat1622float2(h[i]);
-    f[2 * i] = x.x;
-    f[2 * i + 1] = x.y;
-  }
-}
+__device__ __forceinline__ float2 pair_to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+__device__ __forceinline__ float2 pair_to_float2(__half2 h) { return __half22float2(h); }
 
-__device__ __forceinline__ void to_float8(const Raw8<__half>& v, float (&f)[kQuantVec]) {
-  const __half2* h = reinterpret_cast<const __half2*>(&v.r[0]);
+template <class T>
+struct HalfPair;  // the two-element vector type of a 16-bit float
+template <>
+struct HalfPair<__nv_bfloat16> { using type = __nv_bfloat162; };
+template <>
+struct HalfPair<__half> { using type = __half2; };
+
+template <class T>
+__device__ __forceinline__ void to_float8(const Raw8<T>& v, float (&f)[kQuantVec]) {
+  const auto* h = reinterpret_cast<const typename HalfPair<T>::type*>(&v.r[0]);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 x = __half22float2(h[i]);
+    const float2 x = pair_to_float2(h[i]);
     f[2 * i] = x.x;
     f[2 * i + 1] = x.y;
   }
@@ -381,48 +382,12 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
   if (threadIdx.x == 0) p.s[t] = sm.scale;
 }
 
-// Per-tensor amax: grid-stride over the rows, block max, then one atomicMax per block on the bits
-// of a non-negative float (ordered like the integers). *amax_bits must start at 0.
-template <class InT>
-__global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuantParams p,
-                                                                  unsigned int* amax_bits) {
-  __shared__ float smem[32];
+// Grid-stride walk over the vectors of x[rows, hidden]: kRowItems loads in flight per thread,
+// then fn(t, v, x) for each loaded vector (row t, vector v of the row).
+template <class InT, class Fn>
+__device__ __forceinline__ void for_each_vector(const RowQuantParams& p, Fn&& fn) {
   const int64_t vecs_per_row = p.hidden / kQuantVec;
   const int64_t total = p.rows * vecs_per_row;
-  float amax = 0.0f;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < total; i0 += kRowItems * stride) {
-    Raw8<InT> raw[kRowItems];
-#pragma unroll
-    for (int k = 0; k < kRowItems; ++k) {
-      const int64_t i = i0 + k * stride;
-      if (i < total) {
-        const int64_t t = i / vecs_per_row;
-        raw[k] = load_raw8(static_cast<const InT*>(p.x) + t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kRowItems; ++k) {
-      if (i0 + k * stride >= total) break;
-      float x[kQuantVec];
-      to_float8(raw[k], x);
-      amax = fmaxf(amax, finite_amax8(x));
-    }
-  }
-  amax = block_max(amax, smem);
-  if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(amax));
-}
-
-// Per-tensor codes. Dynamic: the multiplier comes from the amax in *amax (written by
-// tensor_amax_kernel). Static: v = x / scale, correctly rounded.
-template <class InT, bool kStatic>
-__global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuantParams p,
-                                                                   const float* amax) {
-  const int64_t vecs_per_row = p.hidden / kQuantVec;
-  const int64_t total = p.rows * vecs_per_row;
-  float m = 0.0f, s = 1.0f;
-  if constexpr (kStatic) s = *p.static_scale;
-  else m = make_scale(*amax, p.qmax, false).multiplier;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < total; i0 += kRowItems * stride) {
     Raw8<InT> raw[kRowItems];
@@ -441,15 +406,40 @@ __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuan
       const int64_t t = i / vecs_per_row;
       float x[kQuantVec];
       to_float8(raw[k], x);
-      if constexpr (kStatic) {
-        // x / s, then the same encoder with multiplier 1 (exact).
-#pragma unroll
-        for (int j = 0; j < kQuantVec; ++j) x[j] = __fdiv_rn(x[j], s);
-      }
-      *reinterpret_cast<uint2*>(p.q + t * p.hidden + (i - t * vecs_per_row) * kQuantVec) =
-          encode8(x, kStatic ? 1.0f : m, p.int8);
+      fn(t, i - t * vecs_per_row, x);
     }
   }
+}
+
+// Per-tensor amax: grid-stride over the rows, block max, then one atomicMax per block on the bits
+// of a non-negative float (ordered like the integers). *amax_bits must start at 0.
+template <class InT>
+__global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuantParams p,
+                                                                  unsigned int* amax_bits) {
+  __shared__ float smem[32];
+  float amax = 0.0f;
+  for_each_vector<InT>(p, [&](int64_t, int64_t, const float (&x)[kQuantVec]) {
+    amax = fmaxf(amax, finite_amax8(x));
+  });
+  amax = block_max(amax, smem);
+  if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(amax));
+}
+
+// Per-tensor codes. Dynamic: the multiplier comes from the amax in *amax (written by
+// tensor_amax_kernel). Static: v = x / scale, correctly rounded, then the encoder with
+// multiplier 1 (exact).
+template <class InT, bool kStatic>
+__global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuantParams p,
+                                                                   const float* amax) {
+  float m = 1.0f, s = 1.0f;
+  if constexpr (kStatic) s = *p.static_scale;
+  else m = make_scale(*amax, p.qmax, false).multiplier;
+  for_each_vector<InT>(p, [&](int64_t t, int64_t v, const float (&xin)[kQuantVec]) {
+    float x[kQuantVec];
+#pragma unroll
+    for (int j = 0; j < kQuantVec; ++j) x[j] = kStatic ? __fdiv_rn(xin[j], s) : xin[j];
+    *reinterpret_cast<uint2*>(p.q + t * p.hidden + v * kQuantVec) = encode8(x, m, p.int8);
+  });
 }
 
 // Small tensors in one block: no memset, no second launch. The block reads x twice (the second
