@@ -23,6 +23,8 @@ using detail::check_ndim;
 using kernels::GroupQuantParams;
 using kernels::RowQuantParams;
 
+static_assert(kernels::kAmaxFloorDevice == kAmaxFloor, "device and host amax floors must agree");
+
 namespace {
 
 void check_sm90() {
@@ -176,7 +178,6 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   p.s_stride_e = L.scale_batch_stride;
   p.s_stride_t = L.scale_stride_t;
   p.s_stride_c = L.scale_stride_c;
-  p.scale_cols = L.scale_cols;
   p.t_pad = L.t_pad;
   p.qmax = code_qmax(spec.code);
   p.int8 = spec.code == DType::i8;

@@ -175,7 +175,6 @@ struct GroupQuantParams {
   int64_t q_stride_e;              // elements between experts (masked)
   void* s;                         // f32 or packed int32 scales
   int64_t s_stride_e, s_stride_t, s_stride_c;  // in 4-byte words
-  int64_t scale_cols;              // groups, or words when packed
   int64_t t_pad;                   // rows of the scale layout (tokens or dst_rows, padded)
   float qmax;
   bool int8, pow2, packed;
