@@ -25,19 +25,17 @@ using namespace fp8route;
 
 namespace {
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  for (std::string tok; std::getline(ss, tok, ',');)
-    if (!tok.empty()) v.push_back(std::stoll(tok));
-  return v;
-}
-
 std::vector<std::string> parse_names(const std::string& s) {
   std::vector<std::string> v;
   std::stringstream ss(s);
   for (std::string tok; std::getline(ss, tok, ',');)
     if (!tok.empty()) v.push_back(tok);
+  return v;
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  for (const std::string& tok : parse_names(s)) v.push_back(std::stoll(tok));
   return v;
 }
 
@@ -130,8 +128,9 @@ int main(int argc, char** argv) {
           const bool fused = op == "silu_group";
           const int64_t in_elems = T * H * (fused ? 2 : 1);
           const GroupQuantSpec spec = layout_spec(layout);
+          const QuantLayout L = quant_layout(spec, T, H);
           int64_t scale_bytes = 0;
-          if (op == "group" || fused) scale_bytes = quant_layout(spec, T, H).scale_bytes;
+          if (op == "group" || fused) scale_bytes = L.scale_bytes;
           else if (op == "token") scale_bytes = T * 4;
           else scale_bytes = 4;
           const int64_t bytes = in_elems * 2 + T * H + scale_bytes;
@@ -142,7 +141,6 @@ int main(int argc, char** argv) {
             qs.emplace_back(static_cast<size_t>(T * H));
             ss.emplace_back(static_cast<size_t>(std::max<int64_t>(scale_bytes, 16)));
           }
-          const QuantLayout L = quant_layout(spec, T, H);
           auto enqueue = [&](int i, cudaStream_t st) {
             const TensorView x = TensorView::contiguous(xs[i].data(), DType::bf16, {T, fused ? 2 * H : H});
             const TensorView q = TensorView::contiguous(qs[i].data(), DType::e4m3, {T, H});
