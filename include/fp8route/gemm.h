@@ -1,0 +1,92 @@
+#pragma once
+// Scaled FP8 GEMM (DESIGN.md, GEMM):
+//   y[M, N] = (sum_k a[m, k] * b[n, k]) * sa * sb (+ bias[n])
+// a = E4M3 [M, K] and b = E4M3 [N, K] (the nn.Linear weight layout), both with unit last stride;
+// fp32 accumulation; y bf16 or f16 [M, N] with unit last stride; bias (optional) [N] in y's dtype.
+//
+// | scale kind | scale_a                                        | scale_b                            |
+// | tensor     | f32, one element                               | f32, one element                   |
+// | row        | f32 [M] per token, or one element              | f32 [N] per channel, or one element|
+// | block      | f32 [ceil(K/128), align(M, 4)] (1x128, M-major)| f32 [ceil(N/128), ceil(K/128)]     |
+//
+// Every function checks its arguments before anything is enqueued and throws Error naming the
+// argument and the rule; work is enqueued on `stream`, nothing synchronizes, and every backend
+// can be captured in a CUDA graph.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp8route/dtype.h"
+#include "fp8route/scale_kind.h"
+#include "fp8route/tensor.h"
+
+namespace fp8route {
+
+// The one description of a GEMM: routing key, benchmark row, log line and error context.
+struct GemmProblem {
+  int64_t m = 0, n = 0, k = 0;
+  ScaleKind scale = ScaleKind::tensor;
+  DType out = DType::bf16;
+  bool bias = false;
+  // row kind: whether scale_a is per token [M] and scale_b per channel [N] (false = one scalar).
+  // tensor kind: both false. block kind: both true.
+  bool sa_vector = false, sb_vector = false;
+  // Largest power of two <= 16 dividing, in bytes, every base pointer and leading-dimension stride
+  // of a, b and y. The fast backends need 16 (TMA and cuBLASLt FP8); the reference takes any.
+  int align = 16;
+
+  bool operator==(const GemmProblem&) const = default;
+};
+
+// "row bf16 m=64 n=4096 k=14336 sa=vec sb=vec bias" (align is printed only when below 16).
+std::string to_string(const GemmProblem& p);
+
+// A problem from its shape alone: vectors where the kind has them (row: both per-token and
+// per-channel), no bias, aligned. For benchmarks, tuning and `explain`.
+GemmProblem make_problem(int64_t m, int64_t n, int64_t k, ScaleKind scale,
+                         DType out = DType::bf16, bool bias = false);
+
+struct ScaledMmArgs {
+  TensorView a;        // e4m3 [M, K]
+  TensorView b;        // e4m3 [N, K]
+  TensorView scale_a;  // see the table above
+  TensorView scale_b;
+  TensorView bias;     // optional (data == nullptr: none): [N], dtype of out
+  TensorView out;      // bf16 or f16 [M, N]
+  ScaleKind scale = ScaleKind::tensor;
+};
+
+// Checks every argument (throws Error(invalid_argument) naming it) and describes the problem.
+GemmProblem check_scaled_mm(const ScaledMmArgs& args);
+
+// The GEMM: checks the arguments once, picks a backend by the documented rule (see
+// gemm_select()), runs it. M = 0 returns at once.
+void scaled_mm(const ScaledMmArgs& args, cudaStream_t stream);
+
+// The same on a chosen backend and config (names from gemm_backends()/gemm_configs()); throws
+// Error(unsupported) with the backend's reason when it cannot run the problem.
+void scaled_mm(const ScaledMmArgs& args, std::string_view backend, std::string_view config,
+               cudaStream_t stream);
+
+// ---- backends ------------------------------------------------------------------------------------
+
+// Backend names in this build: "cublaslt", "cutlass_sm90", "reference" (and later "skinny").
+std::vector<std::string> gemm_backends();
+// The configs a backend instantiates (each a name such as "128x128x128_1x2x1_pingpong").
+std::vector<std::string> gemm_configs(std::string_view backend);
+// Why `backend`/`config` cannot run `p` on device 0, or "" when it can.
+std::string gemm_supports(std::string_view backend, std::string_view config, const GemmProblem& p);
+
+struct GemmChoice {
+  std::string backend, config;
+  std::string why;  // the rule that chose it
+};
+// The default choice (until measured routing replaces it): the first supported of a short list per
+// scale kind and M range, derived from the H200 calibration in DEVICE.md; see gemm_select.cpp.
+GemmChoice gemm_select(const GemmProblem& p);
+
+}  // namespace fp8route

@@ -1,0 +1,57 @@
+#pragma once
+// The interface every GEMM backend implements (DESIGN.md, GEMM): what it can run, kept apart from
+// running it. Internal to the library; the public face is fp8route/gemm.h.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp8route/gemm.h"
+
+namespace fp8route::gemm {
+
+// Validated device operands of one call (check_scaled_mm has run). Leading dimensions in elements.
+struct GemmOperands {
+  const uint8_t* a = nullptr;  // e4m3 [M, K], row stride lda
+  int64_t lda = 0;
+  const uint8_t* b = nullptr;  // e4m3 [N, K], row stride ldb
+  int64_t ldb = 0;
+  const float* sa = nullptr;   // layout per GemmProblem::scale (gemm.h)
+  const float* sb = nullptr;
+  const void* bias = nullptr;  // [N] in out's dtype, or null
+  void* out = nullptr;         // [M, N], row stride ldo
+  int64_t ldo = 0;
+};
+
+class GemmBackend {
+ public:
+  virtual ~GemmBackend() = default;
+  virtual std::string_view name() const = 0;
+  // Config names, listed once per backend; run/supports take an index into this list.
+  virtual const std::vector<std::string>& configs() const = 0;
+  // "" when config `config` can run `p`; otherwise the reason, one line, naming the rule.
+  virtual std::string supports(const GemmProblem& p, int config) const = 0;
+  // Enqueues the GEMM. Precondition: supports(p, config) == "" and ops match p.
+  virtual void run(const GemmProblem& p, const GemmOperands& ops, int config,
+                   cudaStream_t stream) const = 0;
+};
+
+// One instance of each backend, defined next to its implementation.
+const GemmBackend& cublaslt_backend();
+const GemmBackend& cutlass_sm90_backend();
+const GemmBackend& reference_backend();
+
+// Every backend of this build, in a fixed order.
+const std::vector<const GemmBackend*>& all_backends();
+// By name; throws Error(invalid_argument) listing the names when unknown.
+const GemmBackend& find_backend(std::string_view name);
+// Index of `config` in b.configs() ("" = the first); throws Error(invalid_argument) listing them.
+int find_config(const GemmBackend& b, std::string_view config);
+
+// The rule every fast backend shares (16-byte alignment, GemmProblem::align): "" or why not.
+std::string common_fast_path_reason(const GemmProblem& p);
+
+}  // namespace fp8route::gemm

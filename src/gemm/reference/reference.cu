@@ -1,0 +1,84 @@
+// The reference backend: launcher of kernels/gemm_reference.cuh. Supports every valid problem.
+
+#include "gemm/reference/reference.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "core/cuda_check.h"
+#include "fp8route/kernels/gemm_reference.cuh"
+
+namespace fp8route::gemm {
+namespace {
+
+kernels::RefGemmParams params(const GemmProblem& p, const GemmOperands& ops) {
+  kernels::RefGemmParams k{};
+  k.a = ops.a;
+  k.b = ops.b;
+  k.sa = ops.sa;
+  k.sb = ops.sb;
+  k.bias = ops.bias;
+  k.lda = ops.lda;
+  k.ldb = ops.ldb;
+  k.m = static_cast<int>(p.m);
+  k.n = static_cast<int>(p.n);
+  k.k = static_cast<int>(p.k);
+  k.num_rows = static_cast<int>(p.m);
+  k.scale_kind = static_cast<int>(p.scale);
+  k.sa_vector = p.sa_vector;
+  k.sb_vector = p.sb_vector;
+  k.sa_ld = static_cast<int>((p.m + 3) / 4 * 4);
+  k.bias_dtype = ops.bias == nullptr ? 0 : p.out == DType::bf16 ? 1 : 2;
+  return k;
+}
+
+template <class OutT>
+void launch(const kernels::RefGemmParams& k, cudaStream_t stream) {
+  if (k.num_rows == 0 || k.n == 0) return;
+  const dim3 grid((k.n + kernels::kRefTile - 1) / kernels::kRefTile,
+                  (k.num_rows + kernels::kRefTile - 1) / kernels::kRefTile);
+  FP8ROUTE_CHECK(grid.y <= 65535, "reference: at most " << 65535 * kernels::kRefTile << " rows");
+  kernels::reference_gemm_kernel<OutT><<<grid, kernels::kRefThreads, 0, stream>>>(k);
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+class ReferenceBackend final : public GemmBackend {
+ public:
+  std::string_view name() const override { return "reference"; }
+  const std::vector<std::string>& configs() const override {
+    static const std::vector<std::string> c = {"simt_64x64"};
+    return c;
+  }
+  std::string supports(const GemmProblem& p, int) const override {
+    if (p.m > int64_t{65535} * kernels::kRefTile) return "reference: M above 65535 * 64 rows";
+    return "";
+  }
+  void run(const GemmProblem& p, const GemmOperands& ops, int, cudaStream_t stream) const override {
+    kernels::RefGemmParams k = params(p, ops);
+    k.out = ops.out;
+    k.ldo = ops.ldo;
+    if (p.out == DType::bf16)
+      launch<__nv_bfloat16>(k, stream);
+    else
+      launch<__half>(k, stream);
+  }
+};
+
+}  // namespace
+
+void reference_rows_f32(const GemmProblem& p, const GemmOperands& ops, const int32_t* rows,
+                        int64_t num_rows, float* out_f32, cudaStream_t stream) {
+  kernels::RefGemmParams k = params(p, ops);
+  k.rows = rows;
+  k.num_rows = static_cast<int>(num_rows);
+  k.out = out_f32;
+  k.ldo = p.n;
+  launch<float>(k, stream);
+}
+
+const GemmBackend& reference_backend() {
+  static const ReferenceBackend b;
+  return b;
+}
+
+}  // namespace fp8route::gemm

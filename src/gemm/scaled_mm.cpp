@@ -1,0 +1,245 @@
+// The GEMM entry points: argument checks (once per call), the backend registry, dispatch.
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <sstream>
+
+#include "core/checks.h"
+#include "fp8route/error.h"
+#include "fp8route/gemm.h"
+#include "gemm/backend.h"
+
+namespace fp8route {
+
+namespace {
+
+constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;  // the kernels index rows and columns in int32
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Largest power of two <= 16 dividing v (v = 0 counts as aligned).
+int pow2_align(uint64_t v) {
+  if (v == 0) return 16;
+  return static_cast<int>(std::min<uint64_t>(16, uint64_t{1} << std::countr_zero(v)));
+}
+
+// A row-major matrix with unit last stride and a row stride >= its width; returns the row stride.
+int64_t check_matrix(const TensorView& t, const char* name, DType dtype, int64_t rows, int64_t cols,
+                     const char* shape_rule) {
+  detail::check_device_tensor(t, name);
+  detail::check_dtype(t, name, {dtype});
+  detail::check_ndim(t, name, 2, shape_rule);
+  FP8ROUTE_CHECK(t.shape[0] == rows && t.shape[1] == cols,
+                 name << ": expected shape [" << rows << "," << cols << "] (" << shape_rule
+                      << "), got " << to_string(t));
+  FP8ROUTE_CHECK(t.strides[1] == 1 || cols <= 1,
+                 name << ": last dim must have stride 1, got " << to_string(t));
+  const int64_t ld = rows <= 1 ? std::max<int64_t>(t.strides[0], cols) : t.strides[0];
+  FP8ROUTE_CHECK(ld >= cols, name << ": row stride " << t.strides[0] << " must be >= " << cols
+                                  << " (rows would overlap), got " << to_string(t));
+  return ld;
+}
+
+// A contiguous f32 scale of exactly `numel` elements (any number of dims).
+void check_scale_numel(const TensorView& t, const char* name, std::initializer_list<int64_t> allowed,
+                       const char* rule) {
+  detail::check_device_tensor(t, name);
+  detail::check_dtype(t, name, {DType::f32});
+  bool ok = false;
+  for (int64_t n : allowed) ok = ok || t.numel() == n;
+  FP8ROUTE_CHECK(ok, name << ": " << rule << ", got " << to_string(t));
+  FP8ROUTE_CHECK(t.is_contiguous(), name << ": must be contiguous, got " << to_string(t));
+  detail::check_aligned(t.data, 4, name);
+}
+
+}  // namespace
+
+std::string to_string(const GemmProblem& p) {
+  std::ostringstream os;
+  os << name(p.scale) << ' ' << dtype_name(p.out) << " m=" << p.m << " n=" << p.n << " k=" << p.k;
+  if (p.scale == ScaleKind::row)
+    os << " sa=" << (p.sa_vector ? "vec" : "scalar") << " sb=" << (p.sb_vector ? "vec" : "scalar");
+  if (p.bias) os << " bias";
+  if (p.align < 16) os << " align=" << p.align;
+  return os.str();
+}
+
+GemmProblem make_problem(int64_t m, int64_t n, int64_t k, ScaleKind scale, DType out, bool bias) {
+  GemmProblem p;
+  p.m = m, p.n = n, p.k = k, p.scale = scale, p.out = out, p.bias = bias;
+  p.sa_vector = p.sb_vector = scale != ScaleKind::tensor;
+  return p;
+}
+
+GemmProblem check_scaled_mm(const ScaledMmArgs& args) {
+  detail::check_device_tensor(args.a, "a");
+  detail::check_ndim(args.a, "a", 2, "[M, K]");
+  detail::check_device_tensor(args.b, "b");
+  detail::check_ndim(args.b, "b", 2, "[N, K]");
+  GemmProblem p;
+  p.m = args.a.shape[0];
+  p.k = args.a.shape[1];
+  p.n = args.b.shape[0];
+  p.scale = args.scale;
+  FP8ROUTE_CHECK(args.b.shape[1] == p.k, "b: expected [N, K] with K = " << p.k << " (a's K), got "
+                                             << to_string(args.b));
+  FP8ROUTE_CHECK(p.k >= 1, "a: K must be >= 1 (an empty reduction is not a GEMM), got "
+                               << to_string(args.a));
+  FP8ROUTE_CHECK(p.m <= kMaxDim && p.n <= kMaxDim && p.k <= kMaxDim,
+                 "a, b: M, N and K must each be < 2^31, got m=" << p.m << " n=" << p.n << " k=" << p.k);
+  const int64_t lda = check_matrix(args.a, "a", DType::e4m3, p.m, p.k, "[M, K]");
+  const int64_t ldb = check_matrix(args.b, "b", DType::e4m3, p.n, p.k, "[N, K]");
+  detail::check_device_tensor(args.out, "out");
+  detail::check_dtype(args.out, "out", {DType::bf16, DType::f16});
+  p.out = args.out.dtype;
+  const int64_t ldo = check_matrix(args.out, "out", p.out, p.m, p.n, "[M, N]");
+  FP8ROUTE_CHECK(args.a.device == args.b.device && args.a.device == args.out.device,
+                 "a, b, out: must be on one device, got " << to_string(args.a) << ", "
+                                                          << to_string(args.b) << ", " << to_string(args.out));
+
+  switch (p.scale) {
+    case ScaleKind::tensor:
+      check_scale_numel(args.scale_a, "scale_a", {1}, "tensor scales: expected one element");
+      check_scale_numel(args.scale_b, "scale_b", {1}, "tensor scales: expected one element");
+      break;
+    case ScaleKind::row:
+      check_scale_numel(args.scale_a, "scale_a", {1, p.m}, "row scales: expected [M] or one element");
+      check_scale_numel(args.scale_b, "scale_b", {1, p.n}, "row scales: expected [N] or one element");
+      p.sa_vector = args.scale_a.numel() != 1;
+      p.sb_vector = args.scale_b.numel() != 1;
+      break;
+    case ScaleKind::block: {
+      const int64_t kb = ceil_div(p.k, kScaleBlock);
+      const int64_t sa_shape[2] = {kb, (p.m + 3) / 4 * 4};
+      const int64_t sb_shape[2] = {ceil_div(p.n, kScaleBlock), kb};
+      detail::check_device_tensor(args.scale_a, "scale_a");
+      detail::check_dtype(args.scale_a, "scale_a", {DType::f32});
+      detail::check_contiguous_shape(args.scale_a, "scale_a (block: [ceil(K/128), align(M, 4)], M-major)",
+                                     sa_shape, 2);
+      detail::check_device_tensor(args.scale_b, "scale_b");
+      detail::check_dtype(args.scale_b, "scale_b", {DType::f32});
+      detail::check_contiguous_shape(args.scale_b, "scale_b (block: [ceil(N/128), ceil(K/128)])",
+                                     sb_shape, 2);
+      detail::check_aligned(args.scale_a.data, 4, "scale_a");
+      detail::check_aligned(args.scale_b.data, 4, "scale_b");
+      p.sa_vector = p.sb_vector = true;
+      break;
+    }
+  }
+  if (args.bias.data != nullptr) {
+    detail::check_device_tensor(args.bias, "bias");
+    detail::check_dtype(args.bias, "bias", {p.out});
+    FP8ROUTE_CHECK(args.bias.numel() == p.n && args.bias.is_contiguous(),
+                   "bias: expected a contiguous [N] = [" << p.n << "] vector, got " << to_string(args.bias));
+    p.bias = true;
+  }
+
+  const int es = dtype_size(p.out);
+  int align = 16;
+  for (uint64_t v : {uint64_t(reinterpret_cast<uintptr_t>(args.a.data)), uint64_t(lda),
+                     uint64_t(reinterpret_cast<uintptr_t>(args.b.data)), uint64_t(ldb),
+                     uint64_t(reinterpret_cast<uintptr_t>(args.out.data)), uint64_t(ldo * es),
+                     uint64_t(reinterpret_cast<uintptr_t>(args.bias.data)),
+                     uint64_t(reinterpret_cast<uintptr_t>(args.scale_a.data)),
+                     uint64_t(reinterpret_cast<uintptr_t>(args.scale_b.data))})
+    align = std::min(align, pow2_align(v));
+  p.align = align;
+  return p;
+}
+
+namespace {
+
+gemm::GemmOperands operands(const ScaledMmArgs& args) {
+  gemm::GemmOperands o;
+  o.a = static_cast<const uint8_t*>(args.a.data);
+  o.lda = args.a.shape[0] <= 1 ? std::max(args.a.strides[0], args.a.shape[1]) : args.a.strides[0];
+  o.b = static_cast<const uint8_t*>(args.b.data);
+  o.ldb = args.b.shape[0] <= 1 ? std::max(args.b.strides[0], args.b.shape[1]) : args.b.strides[0];
+  o.sa = static_cast<const float*>(args.scale_a.data);
+  o.sb = static_cast<const float*>(args.scale_b.data);
+  o.bias = args.bias.data;
+  o.out = args.out.data;
+  o.ldo = args.out.shape[0] <= 1 ? std::max(args.out.strides[0], args.out.shape[1]) : args.out.strides[0];
+  return o;
+}
+
+void run_checked(const gemm::GemmBackend& b, int config, const GemmProblem& p,
+                 const ScaledMmArgs& args, cudaStream_t stream) {
+  if (p.m == 0 || p.n == 0) return;
+  const std::string why = b.supports(p, config);
+  FP8ROUTE_CHECK_CAT(why.empty(), ErrorCategory::unsupported,
+                     b.name() << "/" << b.configs()[config] << " cannot run " << to_string(p) << ": " << why);
+  b.run(p, operands(args), config, stream);
+}
+
+}  // namespace
+
+void scaled_mm(const ScaledMmArgs& args, cudaStream_t stream) {
+  const GemmProblem p = check_scaled_mm(args);
+  if (p.m == 0 || p.n == 0) return;
+  const GemmChoice c = gemm_select(p);
+  const gemm::GemmBackend& b = gemm::find_backend(c.backend);
+  run_checked(b, gemm::find_config(b, c.config), p, args, stream);
+}
+
+void scaled_mm(const ScaledMmArgs& args, std::string_view backend, std::string_view config,
+               cudaStream_t stream) {
+  const GemmProblem p = check_scaled_mm(args);
+  const gemm::GemmBackend& b = gemm::find_backend(backend);
+  run_checked(b, gemm::find_config(b, config), p, args, stream);
+}
+
+std::vector<std::string> gemm_backends() {
+  std::vector<std::string> out;
+  for (const gemm::GemmBackend* b : gemm::all_backends()) out.emplace_back(b->name());
+  return out;
+}
+
+std::vector<std::string> gemm_configs(std::string_view backend) {
+  return gemm::find_backend(backend).configs();
+}
+
+std::string gemm_supports(std::string_view backend, std::string_view config, const GemmProblem& p) {
+  const gemm::GemmBackend& b = gemm::find_backend(backend);
+  return b.supports(p, gemm::find_config(b, config));
+}
+
+namespace gemm {
+
+const std::vector<const GemmBackend*>& all_backends() {
+  static const std::vector<const GemmBackend*> list = {&cublaslt_backend(), &cutlass_sm90_backend(),
+                                                       &reference_backend()};
+  return list;
+}
+
+const GemmBackend& find_backend(std::string_view name) {
+  std::string names;
+  for (const GemmBackend* b : all_backends()) {
+    if (b->name() == name) return *b;
+    names += (names.empty() ? "" : ", ") + std::string(b->name());
+  }
+  FP8ROUTE_FAIL(ErrorCategory::invalid_argument,
+                "backend: unknown name '" << name << "' (this build has " << names << ")");
+}
+
+int find_config(const GemmBackend& b, std::string_view config) {
+  const std::vector<std::string>& cs = b.configs();
+  if (config.empty()) return 0;
+  for (size_t i = 0; i < cs.size(); ++i)
+    if (cs[i] == config) return static_cast<int>(i);
+  std::string names;
+  for (const std::string& c : cs) names += (names.empty() ? "" : ", ") + c;
+  FP8ROUTE_FAIL(ErrorCategory::invalid_argument,
+                "config: backend " << b.name() << " has no config '" << config << "' (it has " << names << ")");
+}
+
+std::string common_fast_path_reason(const GemmProblem& p) {
+  if (p.align < 16)
+    return "needs 16-byte aligned pointers and row strides (TMA / cuBLASLt FP8), problem has " +
+           std::to_string(p.align);
+  return "";
+}
+
+}  // namespace gemm
+}  // namespace fp8route
