@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/args.h"
 #include "bench/measure.h"
 #include "core/cuda_check.h"
 #include "fp8route/device.h"
@@ -25,19 +26,8 @@ using namespace fp8route;
 
 namespace {
 
-std::vector<std::string> parse_names(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  for (std::string tok; std::getline(ss, tok, ',');)
-    if (!tok.empty()) v.push_back(tok);
-  return v;
-}
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  for (const std::string& tok : parse_names(s)) v.push_back(std::stoll(tok));
-  return v;
-}
+using bench::parse_list;
+using bench::parse_names;
 
 GroupQuantSpec layout_spec(const std::string& layout) {
   GroupQuantSpec s;  // g128 e4m3

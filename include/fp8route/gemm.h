@@ -45,8 +45,8 @@ struct GemmProblem {
 // "row bf16 m=64 n=4096 k=14336 sa=vec sb=vec bias" (align is printed only when below 16).
 std::string to_string(const GemmProblem& p);
 
-// A problem from its shape alone: vectors where the kind has them (row: both per-token and
-// per-channel), no bias, aligned. For benchmarks, tuning and `explain`.
+// A problem from its shape alone: vectors where the kind has them (row: per-token and per-channel,
+// except that a vector of one element is a scalar, as check_scaled_mm sees it), aligned. For benchmarks, tuning and `explain`.
 GemmProblem make_problem(int64_t m, int64_t n, int64_t k, ScaleKind scale,
                          DType out = DType::bf16, bool bias = false);
 

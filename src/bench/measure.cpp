@@ -17,8 +17,13 @@ int rotation_sets(int64_t bytes_per_call, const MeasureOptions& opt) {
 
 Measurement measure(const std::function<void(int, cudaStream_t)>& enqueue, int sets,
                     const MeasureOptions& opt) {
-  cudaStream_t stream;
-  FP8ROUTE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // One stream per thread for every measurement: libraries keep per-stream state (cuBLASLt's
+  // workspace), which a fresh stream per measurement would multiply.
+  thread_local const cudaStream_t stream = [] {
+    cudaStream_t st;
+    FP8ROUTE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    return st;
+  }();
   cudaGraphExec_t exec = nullptr;
   auto run_once = [&] {
     if (exec) {
@@ -54,7 +59,6 @@ Measurement measure(const std::function<void(int, cudaStream_t)>& enqueue, int s
   }
   for (auto& e : ev) cudaEventDestroy(e);
   if (exec) cudaGraphExecDestroy(exec);
-  cudaStreamDestroy(stream);
   std::sort(us.begin(), us.end());
   Measurement m;
   m.median_us = opt.reps % 2 ? us[opt.reps / 2] : 0.5 * (us[opt.reps / 2 - 1] + us[opt.reps / 2]);

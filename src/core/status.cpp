@@ -1,6 +1,7 @@
 #include "fp8route/status.h"
 
 #include "fp8route/device.h"
+#include "fp8route/gemm.h"
 
 namespace fp8route {
 
@@ -12,14 +13,23 @@ struct Component {
   const char* not_built;    // why not, when it is not
 };
 
-// GEMM backends arrive with their own issues; until then `info` says so instead of pretending.
+// Components that are not GEMM backends (those are asked of the GEMM registry below).
 constexpr Component kComponents[] = {
     {"quant (group, token, tensor)", true, ""},
-    {"gemm backend cublaslt", false, "not in this build yet (GEMM backends issue)"},
-    {"gemm backend cutlass_sm90", false, "not in this build yet (GEMM backends issue)"},
     {"gemm backend skinny", false, "not in this build yet (small-M backend issue)"},
-    {"gemm backend reference", false, "not in this build yet (GEMM backends issue)"},
 };
+
+// Why no config of `backend` can run a plain aligned GEMM, or "" when one can.
+std::string gemm_backend_reason(const std::string& backend) {
+  std::string first;
+  for (ScaleKind kind : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block})
+    for (const std::string& c : gemm_configs(backend)) {
+      const std::string why = gemm_supports(backend, c, make_problem(256, 4096, 4096, kind));
+      if (why.empty()) return "";
+      if (first.empty()) first = why;
+    }
+  return first;
+}
 
 }  // namespace
 
@@ -45,6 +55,19 @@ std::vector<ComponentStatus> component_status(int device) {
       s.usable = true;
       s.reason = "sm_90a kernels";
     }
+    out.push_back(std::move(s));
+  }
+  // GEMM backends: what their own supports() says of a plain aligned GEMM.
+  for (const std::string& b : gemm_backends()) {
+    ComponentStatus s{"gemm backend " + b, false, gpu_reason};
+    try {
+      const std::string why = gemm_backend_reason(b);
+      if (!why.empty()) s.reason = why;
+    } catch (const std::exception& e) {
+      s.reason = e.what();
+    }
+    s.usable = s.reason.empty();
+    if (s.usable) s.reason = std::to_string(gemm_configs(b).size()) + " configs";
     out.push_back(std::move(s));
   }
   return out;

@@ -1,7 +1,10 @@
-// The default backend choice until measured routing (the router issue) replaces it: a short
-// ordered list of candidates per scale kind; the first one that supports the problem runs. The
-// reference backend, which supports every valid problem, ends every list.
+// The default backend choice until measured routing (the router issue) replaces it: an ordered
+// list of (scale kind, M range) -> (backend, config) rules read off the first side-by-side run on
+// the H200 (bench/results/2026-11-30-gemm-h200/); the first rule that matches and whose config
+// supports the problem runs. Unaligned or odd shapes fall through to the fallbacks, which end with
+// the reference backend (it supports every valid problem).
 
+#include <cstdint>
 #include <string>
 
 #include "fp8route/error.h"
@@ -10,24 +13,59 @@
 
 namespace fp8route {
 
+namespace {
+
+struct Rule {
+  ScaleKind kind;
+  int64_t max_m;  // the rule applies to M <= max_m
+  const char* backend;
+  const char* config;
+  const char* why;
+};
+
+// Each line carries the measured reason (H200, N x K = 4096 x 14336, 28672 x 4096, 2112 x 7168).
+constexpr Rule kRules[] = {
+    // cuBLASLt's per-tensor kernels were fastest at every M measured (CUTLASS's tensor path is
+    // its row kernel with scalar scales: 0.55-0.98x of cuBLASLt).
+    {ScaleKind::tensor, INT64_MAX, "cublaslt", "heuristic", "tensor: cuBLASLt fastest at every measured M"},
+    // Row scales, small M: cuBLASLt's OUTER_VEC kernels run at half its per-tensor speed; the
+    // swap-AB stream-K CUTLASS configs were 1.1-1.55x faster up to M = 128.
+    {ScaleKind::row, 16, "cutlass_sm90", "row_128x16x128_1x1x1_coop_streamk_swapab", "row, M <= 16: CUTLASS swap-AB 1.1-1.55x cuBLASLt"},
+    {ScaleKind::row, 32, "cutlass_sm90", "row_128x32x128_1x1x1_coop_streamk_swapab", "row, M <= 32: CUTLASS swap-AB"},
+    {ScaleKind::row, 128, "cutlass_sm90", "row_128x64x128_1x1x1_coop_streamk_swapab", "row, M <= 128: CUTLASS swap-AB 1.06-1.5x cuBLASLt"},
+    // Row scales, M >= 512: within a few percent either way; cuBLASLt won more shapes.
+    {ScaleKind::row, INT64_MAX, "cublaslt", "heuristic", "row, M > 128: cuBLASLt, within 4% of CUTLASS either way"},
+    // Block scales: cuBLASLt needs M % 4 == 0 (and ceil(K/128) % 4 == 0 for fp8route's scale_b);
+    // CUTLASS's swap-AB configs matched or beat it up to M = 64.
+    {ScaleKind::block, 16, "cutlass_sm90", "block_128x16x128_1x1x1_coop_streamk_swapab", "block, M <= 16: CUTLASS swap-AB"},
+    {ScaleKind::block, 64, "cutlass_sm90", "block_128x32x128_1x1x1_coop_streamk_swapab", "block, M <= 64: CUTLASS swap-AB"},
+    {ScaleKind::block, INT64_MAX, "cublaslt", "heuristic", "block, M > 64: cuBLASLt where it can"},
+    {ScaleKind::block, INT64_MAX, "cutlass_sm90", "block_128x128x128_1x2x1_coop", "block: CUTLASS, cuBLASLt cannot run it"},
+};
+
+// Whatever the rules did not place: the first supported of these.
+constexpr Rule kFallbacks[] = {
+    {ScaleKind::tensor, INT64_MAX, "cublaslt", "heuristic", "fallback: cuBLASLt"},
+    {ScaleKind::tensor, INT64_MAX, "cutlass_sm90", "row_128x128x128_1x1x1_coop_fastacc_streamk", "fallback: CUTLASS"},
+    {ScaleKind::tensor, INT64_MAX, "reference", "simt_64x64", "fallback: reference, no fast backend supports this problem"},
+};
+
+}  // namespace
+
 GemmChoice gemm_select(const GemmProblem& p) {
-  struct Candidate {
-    const char* backend;
-    const char* config;  // "" = the backend's first config
-    const char* why;
-  };
-  // cuBLASLt first: the strongest general backend in the H200 calibration (DEVICE.md).
-  static constexpr Candidate kOrder[] = {
-      {"cublaslt", "", "cuBLASLt: the strongest general backend (DEVICE.md calibration)"},
-      {"cutlass_sm90", "", "CUTLASS SM90: cuBLASLt cannot run this problem"},
-      {"reference", "", "reference: no fast backend supports this problem"},
-  };
   std::string skipped;
-  for (const Candidate& c : kOrder) {
-    const std::string why = gemm_supports(c.backend, c.config, p);
-    if (why.empty()) return {c.backend, gemm_configs(c.backend)[0], c.why + (skipped.empty() ? "" : " [" + skipped + "]")};
-    skipped += (skipped.empty() ? "" : "; ") + std::string(c.backend) + ": " + why;
-  }
+  auto try_rule = [&](const Rule& r) -> bool {
+    const std::string why = gemm_supports(r.backend, r.config, p);
+    if (why.empty()) return true;
+    skipped += (skipped.empty() ? "" : "; ") + std::string(r.backend) + "/" + r.config + ": " + why;
+    return false;
+  };
+  for (const Rule& r : kRules)
+    if (r.kind == p.scale && p.m <= r.max_m && try_rule(r))
+      return {r.backend, r.config, r.why + (skipped.empty() ? std::string() : " (skipped " + skipped + ")")};
+  for (const Rule& r : kFallbacks)
+    if (try_rule(r))
+      return {r.backend, r.config, r.why + (skipped.empty() ? std::string() : " (skipped " + skipped + ")")};
   FP8ROUTE_FAIL(ErrorCategory::unsupported, "no backend can run " << to_string(p) << ": " << skipped);
 }
 

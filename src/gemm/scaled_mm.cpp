@@ -68,7 +68,9 @@ std::string to_string(const GemmProblem& p) {
 GemmProblem make_problem(int64_t m, int64_t n, int64_t k, ScaleKind scale, DType out, bool bias) {
   GemmProblem p;
   p.m = m, p.n = n, p.k = k, p.scale = scale, p.out = out, p.bias = bias;
-  p.sa_vector = p.sb_vector = scale != ScaleKind::tensor;
+  // As check_scaled_mm describes a call: a per-token vector of one element is a scalar.
+  p.sa_vector = scale == ScaleKind::block || (scale == ScaleKind::row && m != 1);
+  p.sb_vector = scale == ScaleKind::block || (scale == ScaleKind::row && n != 1);
   return p;
 }
 

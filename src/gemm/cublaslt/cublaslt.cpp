@@ -1,22 +1,362 @@
-// Placeholder until the cublaslt backend lands: it supports nothing and says so.
+// The cublaslt backend: scaled FP8 GEMMs through cuBLASLt 13 on SM90 (DESIGN.md, GEMM).
+//
+// Row-major y[M, N] = a[M, K] b[N, K]^T is computed as the column-major y^T[N, M] = b a^T, the "TN"
+// form cuBLASLt requires for FP8 (cuBLAS docs, cublasLtMatmul, FP8 requirements): cuBLAS A = b
+// (K x N, ld = ldb, TRANSA = T), cuBLAS B = a (K x M, ld = lda, TRANSB = N), D = y (N x M, ld = ldo),
+// cuBLAS (m, n, k) = (N, M, K). So cuBLAS's A scale is our scale_b, its B scale our scale_a, and its
+// per-row bias of D (EPILOGUE_BIAS) is our bias[n]. C aliases D with beta = 0 (C type = D type).
+//
+// Scale modes (cuBLAS docs 3.1.4, "Narrow Precision Data Types Usage"):
+//   tensor              SCALAR_32F x SCALAR_32F, fast accumulation
+//   row, both vectors   OUTER_VEC_32F x OUTER_VEC_32F, fast accumulation
+//   row, both scalars   run as tensor: the same math, and the faster kernel (DEVICE.md)
+//   row, one scalar     OUTER_VEC_32F x OUTER_VEC_32F when the scalar side has length 1 (M = 1:
+//                       its one element is the [M] vector); otherwise unsupported, since
+//                       OUTER_VEC_32F must be set on both A and B (3.1.4.3), mixing it with
+//                       SCALAR_32F is not documented, and a one-element buffer cannot stand in for
+//                       a longer vector. Other backends take those.
+//   block               BLK128x128_32F (weight) x VEC128_32F (activation), no fast accumulation
+// Block scale layouts (3.1.4.5.1, "Scaling factors layouts"): M and N must be multiples of 4.
+// VEC128 on cuBLAS B is N-major [n x ceil(K/128)], stride exactly cuBLAS n = our M: our scale_a has
+// stride align(M, 4), the same since M % 4 == 0. BLK128x128 on cuBLAS A is K-major with a column
+// stride of ceil(K/128) rounded up to 4: our scale_b [ceil(N/128), ceil(K/128)] is unpadded, so it
+// matches only when ceil(K/128) % 4 == 0 (K = 512, 1536, 2048, 7168, 14336, 18432; not 5376).
+//
+// Caching (nothing below is created per call in the steady state; the process owns it for life):
+// - per device: one cublasLtHandle;
+// - per (device, stream): one workspace. Not one per device: GEMMs of two streams overlap on the
+//   GPU and would race on a shared workspace (split-K partials live there). The first call on a
+//   stream must be made outside CUDA graph capture, which cannot allocate it.
+// - per problem key (device, M, N, K, lda, ldb, ldo, scale kind and vector flags, out dtype, bias):
+//   a Plan with the matmul descriptor, the layouts and the top kAlgos heuristic algorithms; config
+//   "heuristicN" runs the N-th ranked one, so one Plan serves every config.
+// Thread safety: one mutex guards the maps; nothing is ever erased, and a Plan's layouts and
+// algorithms are immutable. The scale and bias pointers change per call, and setting them on a
+// shared descriptor is not thread-safe, so each Plan has a mutex held from setting them through
+// cublasLtMatmul (a host-side enqueue of a few microseconds): different problems never contend,
+// concurrent calls of one problem serialize only their enqueue. Per-thread descriptors would avoid
+// even that at the cost of one descriptor set per thread and problem; it is not worth it here.
 
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "fp8route/device.h"
+#include "fp8route/error.h"
 #include "gemm/backend.h"
 
 namespace fp8route::gemm {
 namespace {
-class Placeholder final : public GemmBackend {
+
+constexpr int kAlgos = 4;  // the configs: the heuristic's top algorithm and the next three
+constexpr std::array<const char*, kAlgos> kConfigNames = {"heuristic", "heuristic1", "heuristic2",
+                                                          "heuristic3"};
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // NVIDIA's recommended size on Hopper
+// A bound on a leak, not a working limit: workspaces live as long as the process, so a caller that
+// creates a fresh stream per call would otherwise grow without end.
+constexpr size_t kMaxStreamsPerDevice = 64;
+// What GemmProblem::align == 16 guarantees of a, b and y; unset, the heuristic assumes 256 bytes and
+// may pick a kernel that fails on a 16-byte aligned slice.
+constexpr uint32_t kMinAlignBytes = 16;
+
+// ---- RAII for cuBLASLt descriptors ---------------------------------------------------------------
+
+template <class H, cublasStatus_t (*Destroy)(H)>
+struct LtDeleter {
+  void operator()(H h) const { (void)Destroy(h); }  // destroying never fails for a valid handle
+};
+template <class H, cublasStatus_t (*Destroy)(H)>
+using LtPtr = std::unique_ptr<std::remove_pointer_t<H>, LtDeleter<H, Destroy>>;
+using DescPtr = LtPtr<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
+using LayoutPtr = LtPtr<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+using PrefPtr = LtPtr<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+
+template <class T>
+void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
+  FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
+}
+
+LayoutPtr layout(cudaDataType type, int64_t rows, int64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t l = nullptr;
+  FP8ROUTE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows),
+                                                   static_cast<uint64_t>(cols), ld));
+  return LayoutPtr(l);
+}
+
+// ---- scale modes ---------------------------------------------------------------------------------
+
+struct Modes {
+  cublasLtMatmulMatrixScale_t a, b;  // cuBLAS A (our weight b), cuBLAS B (our activation a)
+  int8_t fast_accum;
+};
+
+Modes modes(const GemmProblem& p) {
+  switch (p.scale) {
+    case ScaleKind::tensor: break;
+    case ScaleKind::row:  // supports() has ruled out a scalar standing for a vector longer than 1
+      if (p.sa_vector || p.sb_vector)
+        return {CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, 1};
+      break;
+    case ScaleKind::block:
+      // No fast accumulation (DESIGN.md): the scales change per 128-wide K block, so partial sums
+      // are promoted to fp32 per block anyway.
+      return {CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, 0};
+  }
+  // Fast accumulation as in FP8 inference engines (torch._scaled_mm use_fast_accum): faster on
+  // Hopper, the accumulator promoted to full fp32 less often.
+  return {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, 1};
+}
+
+cudaDataType out_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+// The pointers that change per call.
+void set_pointers(cublasLtMatmulDesc_t d, const GemmProblem& p, const GemmOperands& ops) {
+  set(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(ops.sb));
+  set(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(ops.sa));
+  if (p.bias) set(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ops.bias);
+}
+
+// ---- the cache -----------------------------------------------------------------------------------
+
+struct Key {
+  int device;
+  int64_t m, n, k, lda, ldb, ldo;
+  ScaleKind scale;
+  bool sa_vector, sb_vector, bias;
+  DType out;
+  auto operator<=>(const Key&) const = default;
+};
+
+struct Plan {
+  DescPtr desc;
+  LayoutPtr a, b, d;                        // cuBLAS A = our b, B = our a, D (and C) = y
+  std::vector<cublasLtMatmulAlgo_t> algos;  // ranked best first; fewer than kAlgos, or none, happens
+  std::mutex mu;                            // held from set_pointers through cublasLtMatmul
+};
+
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmProblem& p, const GemmOperands& ops) {
+  auto plan = std::make_unique<Plan>();
+  cublasLtMatmulDesc_t desc = nullptr;
+  FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  plan->desc.reset(desc);
+  set(desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(CUBLAS_OP_T));
+  set(desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_N));
+  const Modes m = modes(p);
+  set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, static_cast<int32_t>(m.a));
+  set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, static_cast<int32_t>(m.b));
+  set(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, m.fast_accum);
+  if (p.bias) {
+    set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    // FP8 with a bf16 (f16) D takes a bf16 (f16) bias (cuBLAS docs, cublasLtMatmul FP8 table).
+    set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(out_type(p.out)));
+  }
+  set_pointers(desc, p, ops);  // real pointers when run() makes the plan; stand-ins from supports()
+  plan->a = layout(CUDA_R_8F_E4M3, p.k, p.n, ops.ldb);
+  plan->b = layout(CUDA_R_8F_E4M3, p.k, p.m, ops.lda);
+  plan->d = layout(out_type(p.out), p.n, p.m, ops.ldo);
+
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  const PrefPtr pref(raw_pref);
+  const uint64_t ws = kWorkspaceBytes;
+  FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  for (cublasLtMatmulPreferenceAttributes_t attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    FP8ROUTE_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &kMinAlignBytes, sizeof(kMinAlignBytes)));
+
+  std::array<cublasLtMatmulHeuristicResult_t, kAlgos> found{};
+  int count = 0;
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(handle, desc, plan->a.get(), plan->b.get(), plan->d.get(),
+                                     plan->d.get(), raw_pref, kAlgos, found.data(), &count);
+  // NOT_SUPPORTED is an answer (no algorithm for this problem), kept in the Plan; anything else
+  // that is not success is a failure.
+  FP8ROUTE_CHECK_CAT(s == CUBLAS_STATUS_SUCCESS || s == CUBLAS_STATUS_NOT_SUPPORTED,
+                     ErrorCategory::cuda_error,
+                     "cublasLtMatmulAlgoGetHeuristic failed: " << cublasLtGetStatusName(s) << " ("
+                         << cublasLtGetStatusString(s) << ") for " << to_string(p));
+  if (s == CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < count; ++i)
+      if (found[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(found[i].algo);
+  return plan;
+}
+
+struct State {
+  std::mutex mu;  // guards the three maps
+  std::map<int, cublasLtHandle_t> handles;
+  std::map<std::pair<int, uintptr_t>, void*> workspaces;  // (device, stream)
+  std::map<Key, std::unique_ptr<Plan>> plans;
+};
+
+// Never destroyed: releasing cuBLAS and CUDA objects from a static destructor races the CUDA
+// runtime's own teardown at exit.
+State& state() {
+  static State* s = new State;
+  return *s;
+}
+
+cublasLtHandle_t handle_locked(State& st, int device) {
+  if (auto it = st.handles.find(device); it != st.handles.end()) return it->second;
+  cublasLtHandle_t h = nullptr;
+  FP8ROUTE_CUBLAS_CHECK(cublasLtCreate(&h));
+  st.handles.emplace(device, h);
+  return h;
+}
+
+void* workspace_locked(State& st, int device, cudaStream_t stream, const GemmProblem& p) {
+  const std::pair<int, uintptr_t> key(device, reinterpret_cast<uintptr_t>(stream));
+  if (auto it = st.workspaces.find(key); it != st.workspaces.end()) return it->second;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FP8ROUTE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  FP8ROUTE_CHECK_CAT(capture == cudaStreamCaptureStatusNone, ErrorCategory::unsupported,
+                     "cublaslt: first call on this stream is under CUDA graph capture, which cannot "
+                     "allocate the stream's workspace; make one call (any problem) on the stream "
+                     "before capturing. Problem: " << to_string(p));
+  size_t on_device = 0;
+  for (const auto& [k, ws] : st.workspaces) on_device += k.first == device;
+  FP8ROUTE_CHECK_CAT(on_device < kMaxStreamsPerDevice, ErrorCategory::unsupported,
+                     "cublaslt: " << on_device << " streams already hold a " << (kWorkspaceBytes >> 20)
+                                  << " MiB workspace on device " << device
+                                  << " (kept for the process); reuse streams instead of creating one "
+                                     "per call");
+  // Relaxed capture mode for this thread: this stream is not capturing, and the allocation must not
+  // invalidate a global-mode capture another thread has under way.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  FP8ROUTE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  void* ws = nullptr;
+  const cudaError_t e = cudaMalloc(&ws, kWorkspaceBytes);
+  FP8ROUTE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  FP8ROUTE_CUDA_CHECK(e);
+  st.workspaces.emplace(key, ws);
+  return ws;
+}
+
+Plan* plan_locked(State& st, int device, cublasLtHandle_t handle, const GemmProblem& p,
+                  const GemmOperands& ops) {
+  const Key key{device, p.m, p.n, p.k, ops.lda, ops.ldb, ops.ldo, p.scale,
+                p.sa_vector, p.sb_vector, p.bias, p.out};
+  auto it = st.plans.find(key);
+  if (it == st.plans.end()) it = st.plans.emplace(key, make_plan(handle, p, ops)).first;
+  return it->second.get();
+}
+
+// ---- the backend ---------------------------------------------------------------------------------
+
+class CublasLtBackend final : public GemmBackend {
  public:
   std::string_view name() const override { return "cublaslt"; }
+
   const std::vector<std::string>& configs() const override {
-    static const std::vector<std::string> c = {"default"};
+    static const std::vector<std::string> c(kConfigNames.begin(), kConfigNames.end());
     return c;
   }
-  std::string supports(const GemmProblem&, int) const override { return "not in this build yet"; }
-  void run(const GemmProblem&, const GemmOperands&, int, cudaStream_t) const override {}
+
+  // Static rules, then (with a GPU) whether cuBLASLt's heuristic has a config-th algorithm.
+  std::string supports(const GemmProblem& p, int config) const override {
+    if (std::string why = common_fast_path_reason(p); !why.empty()) return why;
+    constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+    if (p.m > kMaxInt || p.n > kMaxInt || p.k > kMaxInt)
+      return "cuBLASLt: M, N and K must each fit int32, got m=" + std::to_string(p.m) +
+             " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k);
+    // FP8 needs every dimension 16-byte aligned (cuBLAS docs, cublasLtMatmul FP8 requirements and
+    // "Tensor Core Usage"): K bytes of a row of a and b, N 2-byte elements of a column of y^T.
+    if (p.k % 16 != 0) return "cuBLASLt FP8 needs K % 16 == 0, got k=" + std::to_string(p.k);
+    if (p.n % 8 != 0)
+      return "cuBLASLt FP8 needs N % 8 == 0 (16-byte columns of y^T), got n=" + std::to_string(p.n);
+    if (p.scale == ScaleKind::row && (p.sa_vector || p.sb_vector) &&
+        !((p.sa_vector || p.m == 1) && (p.sb_vector || p.n == 1)))
+      return "cuBLASLt row scaling (OUTER_VEC_32F) needs vectors for both scale_a and scale_b "
+             "(cuBLAS docs 3.1.4.3), got one scalar";
+    if (p.scale == ScaleKind::block) {
+      if (p.m % 4 != 0 || p.n % 4 != 0)
+        return "cuBLASLt block scaling needs M and N multiples of 4 (cuBLAS docs 3.1.4.5.1), got m=" +
+               std::to_string(p.m) + " n=" + std::to_string(p.n);
+      const int64_t kb = (p.k + kScaleBlock - 1) / kScaleBlock;
+      if (kb % 4 != 0)
+        return "cuBLASLt BLK128x128_32F reads scale_b with a row stride of ceil(K/128) rounded up to 4 "
+               "(cuBLAS docs 3.1.4.5.1); fp8route's unpadded scale_b matches only when ceil(K/128) % 4 "
+               "== 0, got ceil(K/128)=" + std::to_string(kb);
+    }
+    // Outer-vector and 128-block scaling exist on SM 9.0 only (cuBLAS docs 3.1.4); the backend is
+    // built and measured for SM 9.0. No GPU here: the static rules above are all we can say.
+    if (cuda_device_count() == 0) return "";
+    if (!device_info(0).is_sm90())
+      return "cuBLASLt backend needs SM 9.0 (Hopper); device 0 is SM " +
+             std::to_string(device_info(0).sm_major) + "." + std::to_string(device_info(0).sm_minor);
+    // Whether the heuristic has an algorithm (the router must know before it commits): asked once
+    // per problem, for packed operands, and cached; a host-side query, safe under capture.
+    int device = 0;
+    FP8ROUTE_CUDA_CHECK(cudaGetDevice(&device));
+    // cuBLASLt rejects null scale pointers with OUTER_VEC (INVALID_VALUE) but never dereferences
+    // them in the heuristic: a stand-in 256-byte aligned address serves.
+    static const float* const kStandIn = reinterpret_cast<const float*>(uintptr_t{256});
+    GemmOperands packed;
+    packed.lda = p.k, packed.ldb = p.k, packed.ldo = p.n;
+    packed.sa = packed.sb = kStandIn;
+    packed.bias = p.bias ? kStandIn : nullptr;
+    size_t algos = 0;
+    {
+      State& st = state();
+      const std::lock_guard lock(st.mu);
+      algos = plan_locked(st, device, handle_locked(st, device), p, packed)->algos.size();
+    }
+    if (config >= static_cast<int>(algos))
+      return "cuBLASLt's heuristic offers " + std::to_string(algos) + " algorithm(s) for this problem" +
+             (algos ? ", not a " + std::to_string(config + 1) + "th" : "");
+    return "";
+  }
+
+  void run(const GemmProblem& p, const GemmOperands& ops, int config, cudaStream_t stream) const override {
+    int device = 0;
+    FP8ROUTE_CUDA_CHECK(cudaGetDevice(&device));
+    cublasLtHandle_t handle = nullptr;
+    void* ws = nullptr;
+    Plan* plan = nullptr;
+    {
+      State& st = state();
+      const std::lock_guard lock(st.mu);
+      ws = workspace_locked(st, device, stream, p);
+      handle = handle_locked(st, device);
+      plan = plan_locked(st, device, handle, p, ops);
+    }
+    FP8ROUTE_CHECK_CAT(config < static_cast<int>(plan->algos.size()), ErrorCategory::unsupported,
+                       "cublaslt/" << kConfigNames[config] << ": cuBLASLt's heuristic offers "
+                                   << plan->algos.size() << " algorithm(s) for " << to_string(p)
+                                   << " (lda=" << ops.lda << " ldb=" << ops.ldb << " ldo=" << ops.ldo << ")");
+    const float one = 1.f, zero = 0.f;
+    const std::lock_guard lock(plan->mu);
+    set_pointers(plan->desc.get(), p, ops);
+    const cublasStatus_t s =
+        cublasLtMatmul(handle, plan->desc.get(), &one, ops.b, plan->a.get(), ops.a, plan->b.get(),
+                       &zero, ops.out, plan->d.get(), ops.out, plan->d.get(), &plan->algos[config], ws,
+                       kWorkspaceBytes, stream);
+    FP8ROUTE_CHECK_CAT(s == CUBLAS_STATUS_SUCCESS, ErrorCategory::cuda_error,
+                       "cublasLtMatmul failed: " << cublasLtGetStatusName(s) << " ("
+                           << cublasLtGetStatusString(s) << ") for " << to_string(p) << ", config "
+                           << kConfigNames[config]);
+  }
 };
+
 }  // namespace
+
 const GemmBackend& cublaslt_backend() {
-  static const Placeholder b;
+  static const CublasLtBackend b;
   return b;
 }
+
 }  // namespace fp8route::gemm

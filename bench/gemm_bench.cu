@@ -1,0 +1,201 @@
+// GEMM benchmark: every backend and config that supports a problem, side by side in one run, on
+// the models.json layer shapes and an M grid, with the one method of src/bench/measure.h
+// (CUDA-graph replay, operands rotated through >= 3x L2, median of >= 20). Prints a table per
+// problem (best config of each backend, the ratio of the best non-cuBLASLt backend to cuBLASLt)
+// and writes every measurement as a JSON record.
+
+#include <CLI/CLI.hpp>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/args.h"
+#include "bench/fill.cuh"
+#include "bench/measure.h"
+#include "bench/shapes.h"
+#include "core/cuda_check.h"
+#include "fp8route/buffer.h"
+#include "fp8route/device.h"
+#include "fp8route/error.h"
+#include "fp8route/gemm.h"
+
+using namespace fp8route;
+
+namespace {
+
+// `sets` independent copies of a problem's operands (scales and bias are small and shared).
+struct Operands {
+  std::vector<DeviceBuffer> a, b, out;
+  DeviceBuffer sa, sb, bias;
+  std::vector<ScaledMmArgs> args;
+};
+
+Operands make_operands(const GemmProblem& p, int sets, uint64_t seed) {
+  Operands o;
+  const int64_t kb = (p.k + 127) / 128, ma = (p.m + 3) / 4 * 4;
+  int64_t na = 1, nb = 1;
+  if (p.scale == ScaleKind::row) na = p.m, nb = p.n;
+  if (p.scale == ScaleKind::block) na = kb * ma, nb = (p.n + 127) / 128 * kb;
+  o.sa = DeviceBuffer(na * 4);
+  o.sb = DeviceBuffer(nb * 4);
+  bench::fill_scales<<<bench::kFillGrid, bench::kFillBlock>>>(o.sa.as<float>(), na, seed ^ 3, false);
+  bench::fill_scales<<<bench::kFillGrid, bench::kFillBlock>>>(o.sb.as<float>(), nb, seed ^ 4, false);
+  if (p.bias) {
+    o.bias = DeviceBuffer(p.n * 2);
+    if (p.out == DType::bf16)
+      bench::fill_bias<<<bench::kFillGrid, bench::kFillBlock>>>(o.bias.as<__nv_bfloat16>(), p.n, seed ^ 5, false);
+    else
+      bench::fill_bias<<<bench::kFillGrid, bench::kFillBlock>>>(o.bias.as<__half>(), p.n, seed ^ 5, false);
+  }
+  for (int s = 0; s < sets; ++s) {
+    o.a.emplace_back(p.m * p.k);
+    o.b.emplace_back(p.n * p.k);
+    o.out.emplace_back(p.m * p.n * 2);
+    bench::fill_codes<<<bench::kFillGrid, bench::kFillBlock>>>(o.a.back().as<uint8_t>(), p.m, p.k, p.k, seed ^ (s * 16 + 1), false);
+    bench::fill_codes<<<bench::kFillGrid, bench::kFillBlock>>>(o.b.back().as<uint8_t>(), p.n, p.k, p.k, seed ^ (s * 16 + 2), false);
+    ScaledMmArgs x;
+    x.scale = p.scale;
+    x.a = TensorView::contiguous(o.a.back().data(), DType::e4m3, {p.m, p.k});
+    x.b = TensorView::contiguous(o.b.back().data(), DType::e4m3, {p.n, p.k});
+    x.out = TensorView::contiguous(o.out.back().data(), p.out, {p.m, p.n});
+    if (p.scale == ScaleKind::block) {
+      x.scale_a = TensorView::contiguous(o.sa.data(), DType::f32, {kb, ma});
+      x.scale_b = TensorView::contiguous(o.sb.data(), DType::f32, {(p.n + 127) / 128, kb});
+    } else {
+      x.scale_a = TensorView::contiguous(o.sa.data(), DType::f32, {na});
+      x.scale_b = TensorView::contiguous(o.sb.data(), DType::f32, {nb});
+    }
+    if (p.bias) x.bias = TensorView::contiguous(o.bias.data(), p.out, {p.n});
+    o.args.push_back(x);
+  }
+  FP8ROUTE_CUDA_CHECK(cudaDeviceSynchronize());
+  return o;
+}
+
+struct Row {
+  std::string model, layer;
+  int tp;
+  GemmProblem p;
+  std::string backend, config;
+  bench::Measurement m;
+};
+
+double tflops(const GemmProblem& p, double us) { return 2.0 * p.m * p.n * p.k / (us * 1e-6) / 1e12; }
+double weight_gbps(const GemmProblem& p, double us) { return double(p.n) * p.k / (us * 1e-6) / 1e9; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fp8route GEMM benchmark: every backend and config side by side on models.json shapes"};
+  std::string models, tps = "1", ms, scales = "tensor,row,block", backends = "cublaslt,cutlass_sm90";
+  std::string out_name = "bf16", json_path, catalog = bench::default_catalog_path(), shapes;
+  bool bias = false;
+  int reps = 20;
+  app.add_option("--model", models, "comma-separated model names (default: all in the catalog)");
+  app.add_option("--tp", tps, "tensor-parallel degrees, comma-separated")->capture_default_str();
+  app.add_option("--m", ms, "M values, comma-separated (default: the catalog's m_grid)");
+  app.add_option("--shapes", shapes, "explicit N:K pairs instead of models, e.g. 4096:14336,2112:7168");
+  app.add_option("--scale", scales, "scale kinds")->capture_default_str();
+  app.add_option("--backend", backends, "backends to time (reference is slow; add it by name)")->capture_default_str();
+  app.add_option("--out", out_name, "output dtype bf16 or f16")->capture_default_str();
+  app.add_flag("--bias", bias, "add a bias vector");
+  app.add_option("--reps", reps, "timed graph replays (median reported)")->capture_default_str();
+  app.add_option("--catalog", catalog, "shape catalog")->capture_default_str();
+  app.add_option("--json", json_path, "write every measurement here");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (cuda_device_count() == 0) {
+      std::fprintf(stderr, "gemm_bench: no GPU (%s)\n", cuda_unavailable_reason().c_str());
+      return 2;
+    }
+    const bench::ShapeCatalog cat = bench::load_catalog(catalog);
+    // Layers: one per distinct (n, k), labelled by the first model/layer that has it.
+    std::vector<bench::LayerShape> layers;
+    std::set<std::pair<int64_t, int64_t>> seen;
+    if (!shapes.empty()) {
+      for (const std::string& nk : bench::parse_names(shapes)) {
+        const auto colon = nk.find(':');
+        FP8ROUTE_CHECK(colon != std::string::npos, "--shapes: expected N:K, got '" << nk << "'");
+        layers.push_back({"custom", nk, "none", 1, std::stoll(nk.substr(0, colon)), std::stoll(nk.substr(colon + 1))});
+      }
+    } else {
+      const std::vector<std::string> want = bench::parse_names(models);
+      for (int64_t tp : bench::parse_list(tps))
+        for (const bench::LayerShape& l : bench::at_tp(cat.layers, static_cast<int>(tp))) {
+          if (!want.empty() && std::find(want.begin(), want.end(), l.model) == want.end()) continue;
+          if (seen.insert({l.n, l.k}).second) layers.push_back(l);
+        }
+    }
+    const std::vector<int64_t> m_grid = ms.empty() ? cat.m_grid : bench::parse_list(ms);
+    const DType out = parse_dtype(out_name, "--out");
+    bench::MeasureOptions opt;
+    opt.reps = reps;
+
+    const DeviceInfo& dev = device_info(0);
+    std::printf("fp8route gemm_bench on %s (%d SMs): %zu layer shapes x %zu M x %s scales\n",
+                dev.name.c_str(), dev.sm_count, layers.size(), m_grid.size(), scales.c_str());
+    const size_t total = layers.size() * m_grid.size() * bench::parse_names(scales).size();
+    size_t done = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Row> rows;
+    for (const bench::LayerShape& l : layers) {
+      for (int64_t m : m_grid) {
+        for (const std::string& sk : bench::parse_names(scales)) {
+          const GemmProblem p = make_problem(m, l.n, l.k, parse_scale_kind(sk), out, bias);
+          const int sets = bench::rotation_sets(p.m * p.k + p.n * p.k + p.m * p.n * 2, opt);
+          Operands o = make_operands(p, sets, 0x5EEDull * (done + 1));
+          std::map<std::string, Row> best;  // per backend
+          for (const std::string& b : bench::parse_names(backends)) {
+            for (const std::string& c : gemm_configs(b)) {
+              if (!gemm_supports(b, c, p).empty()) continue;
+              Row r{l.model, l.layer, l.tp, p, b, c, {}};
+              try {
+                r.m = bench::measure([&](int set, cudaStream_t s) { scaled_mm(o.args[set], b, c, s); }, sets, opt);
+              } catch (const Error& e) {
+                std::printf("  %s/%s failed on %s: %s\n", b.c_str(), c.c_str(), to_string(p).c_str(), e.what());
+                continue;
+              }
+              rows.push_back(r);
+              if (!best.count(b) || r.m.median_us < best[b].m.median_us) best[b] = r;
+            }
+          }
+          ++done;
+          const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          std::printf("[%zu/%zu %.0fs, eta %.0fs] %-28s %s\n", done, total, el, el / done * (total - done),
+                      (l.model + "/" + l.layer + " tp" + std::to_string(l.tp)).c_str(), to_string(p).c_str());
+          const double lt = best.count("cublaslt") ? best["cublaslt"].m.median_us : 0;
+          for (const auto& [b, r] : best)
+            std::printf("    %-13s %9.2f us %7.1f TFLOP/s %6.0f GB/s  %-44s%s\n", b.c_str(), r.m.median_us,
+                        tflops(p, r.m.median_us), weight_gbps(p, r.m.median_us), r.config.c_str(),
+                        lt > 0 && b != "cublaslt" ? (" x" + std::to_string(lt / r.m.median_us).substr(0, 5) + " vs cublaslt").c_str() : "");
+          std::fflush(stdout);
+        }
+      }
+    }
+    if (!json_path.empty()) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const Row& r : rows)
+        j.push_back({{"model", r.model}, {"layer", r.layer}, {"tp", r.tp}, {"m", r.p.m}, {"n", r.p.n},
+                     {"k", r.p.k}, {"scale", std::string(name(r.p.scale))}, {"out", std::string(dtype_name(r.p.out))},
+                     {"bias", r.p.bias}, {"backend", r.backend}, {"config", r.config},
+                     {"us", r.m.median_us}, {"min_us", r.m.min_us}, {"max_us", r.m.max_us}, {"sets", r.m.sets},
+                     {"tflops", tflops(r.p, r.m.median_us)}, {"weight_gbps", weight_gbps(r.p, r.m.median_us)}});
+      std::ofstream(json_path) << j.dump(1) << "\n";
+      std::printf("wrote %zu records to %s\n", rows.size(), json_path.c_str());
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

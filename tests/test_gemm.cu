@@ -1,0 +1,444 @@
+// Every GEMM backend against an independent reference (NUMERICS.md, GEMM accuracy):
+// - the GPU reference kernel against the CPU fp64 reference (small and odd shapes);
+// - every backend x scale kind x out dtype x bias on the models.json shapes at TP 1 and 8 and
+//   M in {1, 4, 16, 64, 128, 1000, 4096}, against the GPU reference on a sample of rows, normwise;
+// - every config of every backend exactly on small-integer data;
+// - outputs poisoned with NaN before each run (unwritten elements are caught), row padding of a
+//   strided output never written, determinism and CUDA-graph replay.
+// Fresh random data each run (the seed is printed; FP8ROUTE_TEST_SEED repeats one).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bench/fill.cuh"
+#include "bench/shapes.h"
+#include "fp8route/buffer.h"
+#include "fp8route/error.h"
+#include "fp8route/gemm.h"
+#include "fp8route/reference.h"
+#include "gemm/backend.h"
+#include "gemm/reference/reference.h"
+#include "gpu_util.h"
+#include "test_util.h"
+
+namespace fp8route {
+namespace {
+
+using test::download;
+using test::upload;
+
+// ---- device-side data and checks ------------------------------------------------------------
+
+using bench::fill_bias;
+using bench::fill_codes;
+using bench::fill_scales;
+using bench::from_float;
+using bench::kFillBlock;
+using bench::kFillGrid;
+
+template <class T>
+__device__ float to_float(T v) { return static_cast<float>(v); }
+
+struct Stats {
+  double diff2, ref2;
+  unsigned long long mismatches;  // sampled elements whose bits differ from round(ref)
+  unsigned long long nonfinite;   // elements of the whole output that are NaN/inf (poison left)
+  unsigned long long padding;     // padding elements (columns N..ldo) that were written
+};
+
+// Sampled rows against the f32 reference.
+template <class T>
+__global__ void compare_rows(const T* y, int64_t ldo, const float* ref, const int32_t* rows, int64_t num_rows,
+                             int64_t n, Stats* st) {
+  double d2 = 0, r2 = 0;
+  unsigned long long mis = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < num_rows * n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i % n;
+    const T got = y[rows[r] * ldo + c];
+    const float want = ref[i];
+    const double d = double(to_float(got)) - double(want);
+    d2 += d * d;
+    r2 += double(want) * want;
+    const T rounded = from_float<T>(want);
+    mis += *reinterpret_cast<const uint16_t*>(&rounded) != *reinterpret_cast<const uint16_t*>(&got);
+  }
+  atomicAdd(&st->diff2, d2);
+  atomicAdd(&st->ref2, r2);
+  atomicAdd(&st->mismatches, mis);
+}
+
+// The whole output: no poison (NaN) left inside [M, N], and the padding columns untouched.
+template <class T>
+__global__ void scan_output(const T* y, int64_t m, int64_t n, int64_t ldo, Stats* st) {
+  unsigned long long bad = 0, pad = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * ldo; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint16_t bits = *reinterpret_cast<const uint16_t*>(&y[i]);
+    if (i % ldo < n) bad += !isfinite(to_float(y[i]));
+    else pad += bits != 0xFFFF;
+  }
+  atomicAdd(&st->nonfinite, bad);
+  atomicAdd(&st->padding, pad);
+}
+
+// ---- one problem's inputs, reference and checks -----------------------------------------------
+
+// Grow-only device buffers reused across cases (the largest layer's weight is 1.7 GB).
+struct Pool {
+  std::map<std::string, DeviceBuffer> bufs;
+  void* get(const std::string& name, size_t bytes) {
+    DeviceBuffer& b = bufs[name];
+    if (b.bytes() < bytes) b = DeviceBuffer(std::max<size_t>(bytes, 256));
+    return b.data();
+  }
+};
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+struct Result {
+  double rel_err = 0;
+  uint64_t mismatches = 0, nonfinite = 0, padding = 0, sampled = 0;
+};
+
+class Problem {
+ public:
+  // ldo_pad > 0: the output has row stride N + ldo_pad and the padding must stay untouched.
+  Problem(const GemmProblem& p, bool exact, uint64_t seed, int64_t ldo_pad = 0) : p_(p), exact_(exact) {
+    Pool& pl = pool();
+    const int64_t kb = (p.k + 127) / 128, ma = (p.m + 3) / 4 * 4;
+    args_.scale = p.scale;
+    auto* a = static_cast<uint8_t*>(pl.get("a", p.m * p.k));
+    auto* b = static_cast<uint8_t*>(pl.get("b", p.n * p.k));
+    fill_codes<<<kFillGrid, kFillBlock>>>(a, p.m, p.k, p.k, seed ^ 1, exact);
+    fill_codes<<<kFillGrid, kFillBlock>>>(b, p.n, p.k, p.k, seed ^ 2, exact);
+    args_.a = TensorView::contiguous(a, DType::e4m3, {p.m, p.k});
+    args_.b = TensorView::contiguous(b, DType::e4m3, {p.n, p.k});
+    int64_t na = 1, nb = 1;
+    if (p.scale == ScaleKind::row) na = p.sa_vector ? p.m : 1, nb = p.sb_vector ? p.n : 1;
+    if (p.scale == ScaleKind::block) na = kb * ma, nb = (p.n + 127) / 128 * kb;
+    auto* sa = static_cast<float*>(pl.get("sa", na * 4));
+    auto* sb = static_cast<float*>(pl.get("sb", nb * 4));
+    fill_scales<<<kFillGrid, kFillBlock>>>(sa, na, seed ^ 3, exact);
+    fill_scales<<<kFillGrid, kFillBlock>>>(sb, nb, seed ^ 4, exact);
+    if (p.scale == ScaleKind::block) {
+      args_.scale_a = TensorView::contiguous(sa, DType::f32, {kb, ma});
+      args_.scale_b = TensorView::contiguous(sb, DType::f32, {(p.n + 127) / 128, kb});
+    } else {
+      args_.scale_a = TensorView::contiguous(sa, DType::f32, {na});
+      args_.scale_b = TensorView::contiguous(sb, DType::f32, {nb});
+    }
+    if (p.bias) {
+      void* bias = pl.get("bias", p.n * 2);
+      if (p.out == DType::bf16) fill_bias<<<kFillGrid, kFillBlock>>>(static_cast<__nv_bfloat16*>(bias), p.n, seed ^ 5, exact);
+      else fill_bias<<<kFillGrid, kFillBlock>>>(static_cast<__half*>(bias), p.n, seed ^ 5, exact);
+      args_.bias = TensorView::contiguous(bias, p.out, {p.n});
+    }
+    ldo_ = p.n + ldo_pad;
+    void* out = pl.get("out", p.m * ldo_ * 2);
+    args_.out = TensorView::strided(out, p.out, {p.m, p.n}, {ldo_, 1});
+
+    // Sampled rows: all when M <= 32; else the first, the last and 30 drawn at random.
+    std::mt19937_64 rng(seed);
+    std::set<int32_t> rows;
+    if (p.m <= 32) {
+      for (int32_t r = 0; r < p.m; ++r) rows.insert(r);
+    } else {
+      rows = {0, static_cast<int32_t>(p.m - 1)};
+      while (rows.size() < 32) rows.insert(static_cast<int32_t>(rng() % p.m));
+    }
+    rows_host_.assign(rows.begin(), rows.end());
+    rows_ = upload(rows_host_);
+    ref_ = DeviceBuffer(rows_host_.size() * p.n * 4);
+    const GemmProblem got = check_scaled_mm(args_);  // the alignment is what the buffers have
+    p_.align = got.align;
+    EXPECT_EQ(got, p_) << "the test built other arguments than it meant to: " << to_string(got);
+    gemm::GemmOperands ops;
+    ops.a = a, ops.lda = p.k, ops.b = b, ops.ldb = p.k, ops.sa = sa, ops.sb = sb;
+    ops.bias = p.bias ? args_.bias.data : nullptr;
+    gemm::reference_rows_f32(p, ops, rows_.as<int32_t>(), static_cast<int64_t>(rows_host_.size()),
+                             ref_.as<float>(), nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+
+  const ScaledMmArgs& args() const { return args_; }
+  const GemmProblem& problem() const { return p_; }
+
+  // Poisons the output, runs backend/config, checks it.
+  Result run(const std::string& backend, const std::string& config, cudaStream_t stream = nullptr) {
+    EXPECT_EQ(cudaMemset(args_.out.data, 0xFF, p_.m * ldo_ * 2), cudaSuccess);
+    scaled_mm(args_, backend, config, stream);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    return check();
+  }
+
+  Result check() {
+    DeviceBuffer st(sizeof(Stats));
+    EXPECT_EQ(cudaMemset(st.data(), 0, sizeof(Stats)), cudaSuccess);
+    const int64_t nr = static_cast<int64_t>(rows_host_.size());
+    if (p_.out == DType::bf16) {
+      auto* y = static_cast<const __nv_bfloat16*>(args_.out.data);
+      compare_rows<<<kFillGrid, kFillBlock>>>(y, ldo_, ref_.as<float>(), rows_.as<int32_t>(), nr, p_.n, st.as<Stats>());
+      scan_output<<<kFillGrid, kFillBlock>>>(y, p_.m, p_.n, ldo_, st.as<Stats>());
+    } else {
+      auto* y = static_cast<const __half*>(args_.out.data);
+      compare_rows<<<kFillGrid, kFillBlock>>>(y, ldo_, ref_.as<float>(), rows_.as<int32_t>(), nr, p_.n, st.as<Stats>());
+      scan_output<<<kFillGrid, kFillBlock>>>(y, p_.m, p_.n, ldo_, st.as<Stats>());
+    }
+    Stats s{};
+    EXPECT_EQ(cudaMemcpy(&s, st.data(), sizeof s, cudaMemcpyDeviceToHost), cudaSuccess);
+    Result r;
+    r.rel_err = s.ref2 > 0 ? std::sqrt(s.diff2 / s.ref2) : std::sqrt(s.diff2);
+    r.mismatches = s.mismatches, r.nonfinite = s.nonfinite, r.padding = s.padding;
+    r.sampled = nr * p_.n;
+    return r;
+  }
+
+  std::string repro(const std::string& backend, const std::string& config) const {
+    return backend + "/" + config + " on " + to_string(p_) + (exact_ ? " (small integers)" : "") +
+           " seed=" + std::to_string(test::test_seed());
+  }
+
+ private:
+  GemmProblem p_;
+  bool exact_;
+  int64_t ldo_ = 0;
+  ScaledMmArgs args_;
+  std::vector<int32_t> rows_host_;
+  DeviceBuffer rows_, ref_;
+};
+
+void expect_good(const Result& r, bool exact, const std::string& what) {
+  EXPECT_EQ(r.nonfinite, 0u) << what << ": outputs left unwritten (poison) or non-finite";
+  EXPECT_EQ(r.padding, 0u) << what << ": wrote past N into the row padding";
+  if (exact)
+    EXPECT_EQ(r.mismatches, 0u) << what << ": " << r.mismatches << " of " << r.sampled << " outputs differ";
+  else
+    EXPECT_LE(r.rel_err, 1e-2) << what << ": normwise error";
+}
+
+uint64_t case_seed(uint64_t salt) { return test::test_seed() * 0x9E3779B97F4A7C15ull + salt; }
+
+constexpr ScaleKind kKinds[] = {ScaleKind::tensor, ScaleKind::row, ScaleKind::block};
+
+// ---- the GPU reference against the CPU fp64 reference ------------------------------------------
+
+TEST(GemmReference, MatchesCpuReference) {
+  FP8ROUTE_REQUIRE_SM90();
+  struct S { int64_t m, n, k; };
+  const S shapes[] = {{1, 16, 16}, {3, 1000, 1000}, {130, 264, 384}, {64, 200, 300}, {5, 2112, 136}};
+  std::mt19937_64 rng = test::make_rng(11);
+  int idx = 0;
+  for (const S& s : shapes) {
+    for (ScaleKind kind : kKinds) {
+      for (bool exact : {false, true}) {
+        const DType out = idx % 2 ? DType::f16 : DType::bf16;
+        const bool bias = (idx / 2) % 2;
+        ++idx;
+        GemmProblem p = make_problem(s.m, s.n, s.k, kind, out, bias);
+        if (kind == ScaleKind::row && idx % 3 == 0) p.sa_vector = false;  // a scalar side too
+        Problem prob(p, exact, case_seed(idx));
+        const ScaledMmArgs& a = prob.args();
+        // Host copies of the inputs for the CPU reference.
+        auto a_h = download(a.a.data, s.m * s.k), b_h = download(a.b.data, s.n * s.k);
+        auto to_floats = [](const std::vector<uint8_t>& v) {
+          std::vector<float> f(v.size() / 4);
+          std::memcpy(f.data(), v.data(), v.size());
+          return f;
+        };
+        const auto sa = to_floats(download(a.scale_a.data, a.scale_a.numel() * 4));
+        const auto sb = to_floats(download(a.scale_b.data, a.scale_b.numel() * 4));
+        std::vector<float> bias_f;
+        if (bias) {
+          auto bh = download(a.bias.data, s.n * 2);
+          for (int64_t i = 0; i < s.n; ++i) {
+            uint16_t h;
+            std::memcpy(&h, &bh[i * 2], 2);
+            bias_f.push_back(out == DType::bf16 ? ref::bf16_to_f32(h) : ref::f16_to_f32(h));
+          }
+        }
+        const std::vector<float> want = ref::scaled_mm(a_h, b_h, s.m, s.n, s.k, kind, sa, sb, bias_f, out);
+        const Result r = prob.run("reference", "");
+        expect_good(r, exact, prob.repro("reference", ""));
+        auto y = download(a.out.data, s.m * s.n * 2);
+        double d2 = 0, r2 = 0;
+        int64_t differ = 0;
+        for (int64_t i = 0; i < s.m * s.n; ++i) {
+          uint16_t h;
+          std::memcpy(&h, &y[i * 2], 2);
+          const double got = out == DType::bf16 ? ref::bf16_to_f32(h) : ref::f16_to_f32(h);
+          d2 += (got - want[i]) * (got - want[i]);
+          r2 += double(want[i]) * want[i];
+          differ += got != want[i];
+        }
+        const std::string what = prob.repro("reference", "") + " vs CPU";
+        if (exact) EXPECT_EQ(differ, 0) << what;
+        // fp32 accumulation against fp64: far inside the 1e-2 contract; a rare last-bit
+        // difference of the rounded output is allowed.
+        EXPECT_LE(std::sqrt(d2 / std::max(r2, 1e-30)), 1e-3) << what;
+        EXPECT_LE(differ, s.m * s.n / 50 + 1) << what;
+      }
+    }
+  }
+}
+
+// ---- every backend on the models.json shapes ----------------------------------------------------
+
+TEST(GemmBackends, ModelShapesAgainstReference) {
+  FP8ROUTE_REQUIRE_SM90();
+  const bench::ShapeCatalog cat = bench::load_catalog(bench::default_catalog_path());
+  std::set<std::pair<int64_t, int64_t>> nk;
+  for (int tp : {1, 8})
+    for (const bench::LayerShape& l : bench::at_tp(cat.layers, tp)) nk.insert({l.n, l.k});
+  const int64_t ms[] = {1, 4, 16, 64, 128, 1000, 4096};
+  std::map<std::string, int> ran, skipped;
+  std::map<std::string, std::set<std::string>> reasons;
+  std::map<std::string, size_t> rotate;  // which config of a backend runs next
+  uint64_t idx = 0;
+  for (const auto& [n, k] : nk) {
+    for (int64_t m : ms) {
+      for (ScaleKind kind : kKinds) {
+        const int combo = static_cast<int>(idx++ % 4);  // out dtype x bias rotate through the sweep
+        GemmProblem p = make_problem(m, n, k, kind, combo % 2 ? DType::f16 : DType::bf16, combo / 2);
+        Problem prob(p, false, case_seed(idx));
+        for (const std::string& b : gemm_backends()) {
+          if (b == "reference" && m > 16) continue;  // checked against the CPU above; slow at large M
+          const std::vector<std::string> cs = gemm_configs(b);
+          // The next config (round-robin) that supports the problem: across the sweep every
+          // config meets many shapes; AllConfigs below runs each on every kind.
+          std::string chosen, why;
+          for (size_t t = 0; t < cs.size() && chosen.empty(); ++t) {
+            const std::string& c = cs[(rotate[b] + t) % cs.size()];
+            const std::string w = gemm_supports(b, c, p);
+            if (w.empty()) chosen = c;
+            else if (why.empty()) why = w;
+          }
+          const std::string key = b + " " + std::string(name(kind));
+          if (chosen.empty()) {
+            ++skipped[key];
+            reasons[key].insert(why);
+            continue;
+          }
+          ++rotate[b];
+          ++ran[key];
+          expect_good(prob.run(b, chosen), false, prob.repro(b, chosen));
+        }
+        if (testing::Test::HasFailure()) return;  // one failing case is enough to read
+      }
+    }
+  }
+  for (const auto& [key, count] : ran) std::printf("[gemm] %-24s ran %d problems\n", key.c_str(), count);
+  for (const auto& [key, count] : skipped) {
+    std::printf("[gemm] %-24s unsupported on %d problems:", key.c_str(), count);
+    for (const std::string& r : reasons[key]) std::printf(" [%s]", r.c_str());
+    std::printf("\n");
+  }
+  for (const std::string& b : gemm_backends())
+    for (ScaleKind kind : kKinds)
+      EXPECT_GT(ran[b + " " + std::string(name(kind))], 0) << b << " never ran " << name(kind) << " scales";
+}
+
+// ---- every config, exactly, on small integers; odd shapes; padding ------------------------------
+
+TEST(GemmBackends, AllConfigsExactOnSmallIntegers) {
+  FP8ROUTE_REQUIRE_SM90();
+  struct S { int64_t m, n, k; };
+  // Sums stay below 2^13 (|code| <= 2, K <= 1024), exact even under FP8 fast accumulation.
+  const S shapes[] = {{128, 256, 512}, {4, 4096, 1024}, {64, 2112, 1024}, {1000, 1536, 256}, {1, 512, 256}};
+  uint64_t idx = 1000;
+  std::map<std::string, int> ran;
+  for (const S& s : shapes) {
+    for (ScaleKind kind : kKinds) {
+      for (int combo = 0; combo < 4; ++combo) {
+        GemmProblem p = make_problem(s.m, s.n, s.k, kind, combo % 2 ? DType::f16 : DType::bf16, combo / 2);
+        if (kind == ScaleKind::row && combo == 3) p.sa_vector = false;
+        if (kind == ScaleKind::row && combo == 1) p.sb_vector = false;
+        Problem prob(p, true, case_seed(++idx), /*ldo_pad=*/combo == 2 ? 8 : 0);
+        for (const std::string& b : gemm_backends())
+          for (const std::string& c : gemm_configs(b)) {
+            if (!gemm_supports(b, c, p).empty()) continue;
+            ++ran[b + "/" + c];
+            expect_good(prob.run(b, c), true, prob.repro(b, c));
+          }
+        if (testing::Test::HasFailure()) return;
+      }
+    }
+  }
+  for (const std::string& b : gemm_backends())
+    for (const std::string& c : gemm_configs(b)) {
+      std::printf("[gemm] %-48s exact on %d problems\n", (b + "/" + c).c_str(), ran[b + "/" + c]);
+      EXPECT_GT(ran[b + "/" + c], 0) << b << "/" << c << " supported none of the exactness problems";
+    }
+}
+
+TEST(GemmBackends, OddShapesRouteToACorrectBackend) {
+  FP8ROUTE_REQUIRE_SM90();
+  struct S { int64_t m, n, k; };
+  const S shapes[] = {{1, 1000, 1000}, {1000, 1000, 1000}, {7, 2112, 7168}, {3, 24, 40}, {33, 136, 4096}};
+  uint64_t idx = 2000;
+  for (const S& s : shapes) {
+    for (ScaleKind kind : kKinds) {
+      for (bool exact : {false, true}) {
+        GemmProblem p = make_problem(s.m, s.n, s.k, kind, exact ? DType::f16 : DType::bf16, !exact);
+        Problem prob(p, exact, case_seed(++idx));
+        const GemmChoice c = gemm_select(prob.problem());
+        EXPECT_EQ(cudaMemset(prob.args().out.data, 0xFF, s.m * s.n * 2), cudaSuccess);
+        scaled_mm(prob.args(), nullptr);  // the routed entry point
+        expect_good(prob.check(), exact, "routed to " + c.backend + ": " + prob.repro(c.backend, c.config));
+      }
+    }
+  }
+}
+
+// ---- determinism and CUDA-graph replay -----------------------------------------------------------
+
+TEST(GemmBackends, DeterministicAndGraphCapturable) {
+  FP8ROUTE_REQUIRE_SM90();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  uint64_t idx = 3000;
+  for (ScaleKind kind : kKinds) {
+    for (int64_t m : {1, 64, 1000}) {
+      GemmProblem p = make_problem(m, 4096, 14336 / 8, kind, DType::bf16, true);
+      Problem prob(p, false, case_seed(++idx));
+      const int64_t bytes = m * p.n * 2;
+      for (const std::string& b : gemm_backends())
+        for (const std::string& c : gemm_configs(b)) {
+          if (!gemm_supports(b, c, p).empty()) continue;
+          // First on the same stream outside capture: one-time set-up (workspaces) happens here.
+          const Result first = prob.run(b, c, stream);
+          expect_good(first, false, prob.repro(b, c));
+          const auto y1 = download(prob.args().out.data, bytes);
+          EXPECT_EQ(cudaMemset(prob.args().out.data, 0xFF, bytes), cudaSuccess);
+          cudaGraph_t graph;
+          cudaGraphExec_t exec;
+          ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+          scaled_mm(prob.args(), b, c, stream);
+          ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << prob.repro(b, c);
+          ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+          for (int rep = 0; rep < 2; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          EXPECT_TRUE(test::bytes_equal(download(prob.args().out.data, bytes), y1,
+                                        ("graph replay vs direct run: " + prob.repro(b, c)).c_str()));
+          cudaGraphExecDestroy(exec);
+          cudaGraphDestroy(graph);
+        }
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace fp8route

@@ -1,0 +1,192 @@
+// The GEMM entry point's contract without a GPU: every bad argument raises an error naming it,
+// M = 0 returns at once, problems print one way, backends give reasons. Pointers here are never
+// dereferenced (checks happen before anything is enqueued), so fake device addresses suffice.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "fp8route/error.h"
+#include "fp8route/gemm.h"
+
+namespace fp8route {
+namespace {
+
+void* fake(uintptr_t offset = 0) { return reinterpret_cast<void*>(uintptr_t{0x10000000} + offset); }
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+ScaledMmArgs make_args(Shape s, ScaleKind kind) {
+  ScaledMmArgs a;
+  a.scale = kind;
+  a.a = TensorView::contiguous(fake(), DType::e4m3, {s.m, s.k});
+  a.b = TensorView::contiguous(fake(1 << 24), DType::e4m3, {s.n, s.k});
+  a.out = TensorView::contiguous(fake(2 << 24), DType::bf16, {s.m, s.n});
+  const int64_t kb = (s.k + 127) / 128;
+  switch (kind) {
+    case ScaleKind::tensor:
+      a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {1});
+      a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {1});
+      break;
+    case ScaleKind::row:
+      a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {s.m});
+      a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {s.n});
+      break;
+    case ScaleKind::block:
+      a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {kb, (s.m + 3) / 4 * 4});
+      a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {(s.n + 127) / 128, kb});
+      break;
+  }
+  return a;
+}
+
+// The error message of check_scaled_mm(args), or "" when it passes.
+std::string check_error(const ScaledMmArgs& args) {
+  try {
+    check_scaled_mm(args);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::invalid_argument) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_ERROR_MENTIONS(args, needle)                           \
+  do {                                                                \
+    const std::string msg_ = check_error(args);                       \
+    EXPECT_NE(msg_.find(needle), std::string::npos)                   \
+        << "expected an error mentioning '" << (needle) << "', got: '" << msg_ << "'"; \
+  } while (0)
+
+TEST(GemmArgs, ValidProblemsDescribeThemselves) {
+  for (ScaleKind kind : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block}) {
+    const GemmProblem p = check_scaled_mm(make_args({64, 4096, 14336}, kind));
+    EXPECT_EQ(p.m, 64);
+    EXPECT_EQ(p.n, 4096);
+    EXPECT_EQ(p.k, 14336);
+    EXPECT_EQ(p.scale, kind);
+    EXPECT_EQ(p.align, 16);
+    EXPECT_FALSE(p.bias);
+  }
+  ScaledMmArgs a = make_args({64, 4096, 14336}, ScaleKind::row);
+  a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {1});
+  const GemmProblem p = check_scaled_mm(a);
+  EXPECT_FALSE(p.sa_vector);
+  EXPECT_TRUE(p.sb_vector);
+  EXPECT_EQ(to_string(p), "row bf16 m=64 n=4096 k=14336 sa=scalar sb=vec");
+  EXPECT_EQ(to_string(make_problem(1, 2112, 7168, ScaleKind::block, DType::f16, true)),
+            "block f16 m=1 n=2112 k=7168 bias");
+}
+
+TEST(GemmArgs, AlignmentIsMeasuredNotAssumed) {
+  ScaledMmArgs a = make_args({3, 1000, 1000}, ScaleKind::tensor);
+  EXPECT_EQ(check_scaled_mm(a).align, 8);  // K = 1000 bytes per row
+  a = make_args({3, 1024, 1024}, ScaleKind::tensor);
+  a.a.data = fake(4);
+  EXPECT_EQ(check_scaled_mm(a).align, 4);
+  a = make_args({3, 1004, 1024}, ScaleKind::tensor);  // out rows of 2008 bytes
+  EXPECT_EQ(check_scaled_mm(a).align, 8);
+}
+
+TEST(GemmArgs, BadArgumentsNameTheArgument) {
+  const Shape s{16, 256, 512};
+  ScaledMmArgs a = make_args(s, ScaleKind::row);
+  a.a.dtype = DType::bf16;
+  EXPECT_ERROR_MENTIONS(a, "a: dtype bf16 not allowed");
+  a = make_args(s, ScaleKind::row);
+  a.b = TensorView::contiguous(fake(1 << 24), DType::e4m3, {s.n, s.k + 16});
+  EXPECT_ERROR_MENTIONS(a, "b: expected [N, K] with K = 512");
+  a = make_args(s, ScaleKind::row);
+  a.out = TensorView::contiguous(fake(2 << 24), DType::f32, {s.m, s.n});
+  EXPECT_ERROR_MENTIONS(a, "out: dtype f32 not allowed");
+  a = make_args(s, ScaleKind::row);
+  a.out = TensorView::contiguous(fake(2 << 24), DType::bf16, {s.m, s.n + 1});
+  EXPECT_ERROR_MENTIONS(a, "out: expected shape [16,256]");
+  a = make_args(s, ScaleKind::row);
+  a.a = TensorView::strided(fake(), DType::e4m3, {s.m, s.k}, {s.k - 16, 1});
+  EXPECT_ERROR_MENTIONS(a, "a: row stride 496 must be >= 512");
+  a = make_args(s, ScaleKind::row);
+  a.b = TensorView::strided(fake(1 << 24), DType::e4m3, {s.n, s.k}, {1, s.n});
+  EXPECT_ERROR_MENTIONS(a, "b: last dim must have stride 1");
+  a = make_args(s, ScaleKind::row);
+  a.a.data = nullptr;
+  EXPECT_ERROR_MENTIONS(a, "a: null pointer");
+  a = make_args(s, ScaleKind::row);
+  a.a.device = Device::cpu();
+  EXPECT_ERROR_MENTIONS(a, "a: must be CUDA device memory");
+  a = make_args(s, ScaleKind::row);
+  a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {s.m + 1});
+  EXPECT_ERROR_MENTIONS(a, "scale_a: row scales: expected [M] or one element");
+  a = make_args(s, ScaleKind::tensor);
+  a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {s.n});
+  EXPECT_ERROR_MENTIONS(a, "scale_b: tensor scales: expected one element");
+  a = make_args(s, ScaleKind::tensor);
+  a.scale_a.dtype = DType::f16;
+  EXPECT_ERROR_MENTIONS(a, "scale_a: dtype f16 not allowed");
+  a = make_args(s, ScaleKind::row);
+  a.scale_b.data = fake((4 << 24) + 2);
+  EXPECT_ERROR_MENTIONS(a, "scale_b: pointer");
+  a = make_args({5, 256, 512}, ScaleKind::block);
+  a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {4, 5});  // M not padded to 8
+  EXPECT_ERROR_MENTIONS(a, "scale_a (block: [ceil(K/128), align(M, 4)], M-major): expected shape [4,8]");
+  a = make_args({5, 256, 512}, ScaleKind::block);
+  a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {4, 2});  // transposed
+  EXPECT_ERROR_MENTIONS(a, "scale_b (block: [ceil(N/128), ceil(K/128)]): expected shape [2,4]");
+  a = make_args(s, ScaleKind::row);
+  a.bias = TensorView::contiguous(fake(5 << 24), DType::f16, {s.n});
+  EXPECT_ERROR_MENTIONS(a, "bias: dtype f16 not allowed");
+  a.bias = TensorView::contiguous(fake(5 << 24), DType::bf16, {s.n - 1});
+  EXPECT_ERROR_MENTIONS(a, "bias: expected a contiguous [N] = [256] vector");
+  a = make_args({16, 256, 0}, ScaleKind::tensor);
+  EXPECT_ERROR_MENTIONS(a, "a: K must be >= 1");
+  a = make_args(s, ScaleKind::row);
+  a.a = TensorView::contiguous(fake(), DType::e4m3, {s.m, s.k, 1});
+  EXPECT_ERROR_MENTIONS(a, "a: expected 2 dims");
+}
+
+TEST(GemmArgs, EmptyProblemReturnsAtOnce) {
+  // No GPU is needed: nothing is enqueued for M = 0 or N = 0, on any backend.
+  for (ScaleKind kind : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block}) {
+    EXPECT_NO_THROW(scaled_mm(make_args({0, 256, 512}, kind), nullptr));
+    EXPECT_NO_THROW(scaled_mm(make_args({0, 256, 512}, kind), "reference", "", nullptr));
+    EXPECT_NO_THROW(scaled_mm(make_args({4, 0, 512}, kind), nullptr));
+  }
+}
+
+TEST(GemmArgs, UnknownBackendsAndConfigsAreListed) {
+  try {
+    gemm_configs("cublas");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backend: unknown name 'cublas' (this build has cublaslt, cutlass_sm90, reference"),
+              std::string::npos) << e.what();
+  }
+  try {
+    gemm_supports("reference", "tiles_of_9", make_problem(1, 16, 16, ScaleKind::row));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config: backend reference has no config 'tiles_of_9'"),
+              std::string::npos) << e.what();
+  }
+}
+
+TEST(GemmArgs, EveryValidProblemHasABackend) {
+  // Unaligned and odd shapes: fast backends say why not; the reference takes them.
+  GemmProblem p = make_problem(3, 1000, 1000, ScaleKind::row);
+  p.align = 8;
+  for (const std::string& b : gemm_backends()) {
+    if (b == "reference") continue;
+    for (const std::string& c : gemm_configs(b)) EXPECT_FALSE(gemm_supports(b, c, p).empty()) << b << "/" << c;
+  }
+  EXPECT_EQ(gemm_supports("reference", "", p), "");
+  EXPECT_EQ(gemm_select(p).backend, "reference");
+  for (ScaleKind kind : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block})
+    for (int64_t m : {1, 3, 64, 4096})
+      EXPECT_NO_THROW(gemm_select(make_problem(m, 2112, 7168, kind))) << m;
+}
+
+}  // namespace
+}  // namespace fp8route
