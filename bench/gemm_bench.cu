@@ -2,7 +2,8 @@
 // the models.json layer shapes and an M grid, with the one method of src/bench/measure.h
 // (CUDA-graph replay, operands rotated through >= 3x L2, median of >= 20). Prints a table per
 // problem (best config of each backend, the ratio of the best non-cuBLASLt backend to cuBLASLt)
-// and writes every measurement as a JSON record.
+// and writes every measurement as a JSON record. --floor adds the weight-read floor: a kernel that
+// only reads the N x K weight bytes, timed the same way, as backend "floor", config "read".
 
 #include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
@@ -89,6 +90,29 @@ struct Row {
   bench::Measurement m;
 };
 
+// The weight-read floor: reads n16 16-byte units (L1 bypassed, every SM, 4 loads in flight per
+// thread) and folds them into one word, so the loads are not optimized away.
+__global__ void read_floor(const uint4* p, int64_t n16, unsigned* sink) {
+  auto load = [](const uint4* q) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q));
+    return v.x ^ v.y ^ v.z ^ v.w;
+  };
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  unsigned x = 0;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    unsigned v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = load(p + i + u * stride);
+    x ^= v[0] ^ v[1] ^ v[2] ^ v[3];
+  }
+  for (; i < n16; i += stride) x ^= load(p + i);
+  for (int o = 16; o > 0; o /= 2) x ^= __shfl_xor_sync(0xFFFFFFFFu, x, o);
+  if (threadIdx.x % 32 == 0) atomicXor(sink, x);
+}
+
 double tflops(const GemmProblem& p, double us) { return 2.0 * p.m * p.n * p.k / (us * 1e-6) / 1e12; }
 double weight_gbps(const GemmProblem& p, double us) { return double(p.n) * p.k / (us * 1e-6) / 1e9; }
 
@@ -98,7 +122,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fp8route GEMM benchmark: every backend and config side by side on models.json shapes"};
   std::string models, tps = "1", ms, scales = "tensor,row,block", backends = "cublaslt,cutlass_sm90";
   std::string out_name = "bf16", json_path, catalog = bench::default_catalog_path(), shapes;
-  bool bias = false;
+  bool bias = false, with_floor = false;
   int reps = 20;
   app.add_option("--model", models, "comma-separated model names (default: all in the catalog)");
   app.add_option("--tp", tps, "tensor-parallel degrees, comma-separated")->capture_default_str();
@@ -108,6 +132,7 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backends, "backends to time (reference is slow; add it by name)")->capture_default_str();
   app.add_option("--out", out_name, "output dtype bf16 or f16")->capture_default_str();
   app.add_flag("--bias", bias, "add a bias vector");
+  app.add_flag("--floor", with_floor, "also time a kernel that only reads the weight (backend floor, config read)");
   app.add_option("--reps", reps, "timed graph replays (median reported)")->capture_default_str();
   app.add_option("--catalog", catalog, "shape catalog")->capture_default_str();
   app.add_option("--json", json_path, "write every measurement here");
@@ -148,6 +173,7 @@ int main(int argc, char** argv) {
     size_t done = 0;
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<Row> rows;
+    DeviceBuffer sink(sizeof(unsigned));
     for (const bench::LayerShape& l : layers) {
       for (int64_t m : m_grid) {
         for (const std::string& sk : bench::parse_names(scales)) {
@@ -168,6 +194,18 @@ int main(int argc, char** argv) {
               rows.push_back(r);
               if (!best.count(b) || r.m.median_us < best[b].m.median_us) best[b] = r;
             }
+          }
+          if (with_floor) {
+            Row r{l.model, l.layer, l.tp, p, "floor", "read", {}};
+            r.m = bench::measure(
+                [&](int set, cudaStream_t s) {
+                  read_floor<<<4 * dev.sm_count, 512, 0, s>>>(o.b[set].as<uint4>(), p.n * p.k / 16,
+                                                              sink.as<unsigned>());
+                  FP8ROUTE_CHECK_LAUNCH();
+                },
+                sets, opt);
+            rows.push_back(r);
+            best["floor"] = r;
           }
           ++done;
           const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -161,7 +161,7 @@ TEST(GemmArgs, UnknownBackendsAndConfigsAreListed) {
     gemm_configs("cublas");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("backend: unknown name 'cublas' (this build has cublaslt, cutlass_sm90, reference"),
+    EXPECT_NE(std::string(e.what()).find("backend: unknown name 'cublas' (this build has cublaslt, cutlass_sm90, skinny, reference"),
               std::string::npos) << e.what();
   }
   try {

@@ -16,18 +16,18 @@ struct Component {
 // Components that are not GEMM backends (those are asked of the GEMM registry below).
 constexpr Component kComponents[] = {
     {"quant (group, token, tensor)", true, ""},
-    {"gemm backend skinny", false, "not in this build yet (small-M backend issue)"},
 };
 
 // Why no config of `backend` can run a plain aligned GEMM, or "" when one can.
 std::string gemm_backend_reason(const std::string& backend) {
   std::string first;
-  for (ScaleKind kind : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block})
-    for (const std::string& c : gemm_configs(backend)) {
-      const std::string why = gemm_supports(backend, c, make_problem(256, 4096, 4096, kind));
-      if (why.empty()) return "";
-      if (first.empty()) first = why;
-    }
+  for (int64_t m : {1, 256})  // a decode and a prefill-sized problem: backends serve M ranges
+    for (ScaleKind kind : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block})
+      for (const std::string& c : gemm_configs(backend)) {
+        const std::string why = gemm_supports(backend, c, make_problem(m, 4096, 4096, kind));
+        if (why.empty()) return "";
+        if (first.empty()) first = why;
+      }
   return first;
 }
 

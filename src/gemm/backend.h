@@ -42,6 +42,7 @@ class GemmBackend {
 // One instance of each backend, defined next to its implementation.
 const GemmBackend& cublaslt_backend();
 const GemmBackend& cutlass_sm90_backend();
+const GemmBackend& skinny_backend();
 const GemmBackend& reference_backend();
 
 // Every backend of this build, in a fixed order.

@@ -7,8 +7,6 @@
 #include <cstdint>
 #include <iterator>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +16,7 @@
 #include "fp8route/error.h"
 #include "gemm/backend.h"
 #include "gemm/cutlass_sm90/config.h"
+#include "gemm/workspace.h"
 
 namespace fp8route::gemm {
 namespace cutlass_sm90 {
@@ -63,48 +62,6 @@ KernelArgs kernel_args(const GemmProblem& p, const GemmOperands& ops, const Devi
   return x;
 }
 #endif
-
-// The stream-K workspace (partial tiles and their flags), one per (device, stream): GEMMs of two
-// streams overlap on the GPU and would race on a shared one (cuBLASLt's workspace is kept the same
-// way). It only grows, and a buffer it outgrows is kept, not freed: a CUDA graph captured earlier
-// still points at it. Growth at least doubles, so the kept buffers total less than the live one.
-class Workspaces {
- public:
-  void* get(int device, size_t bytes, cudaStream_t stream, const std::string& who) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Buffer& b = live_[{device, reinterpret_cast<uintptr_t>(stream)}];
-    if (bytes <= b.bytes) return b.ptr;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    FP8ROUTE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    FP8ROUTE_CHECK_CAT(capture == cudaStreamCaptureStatusNone, ErrorCategory::unsupported,
-                       who << ": needs a " << bytes << "-byte stream-K workspace on device " << device
-                           << ", larger than the " << b.bytes
-                           << " bytes allocated so far, and cannot allocate under CUDA graph capture: "
-                              "run this problem once outside capture first");
-    constexpr size_t kGranule = size_t{1} << 20;
-    const size_t size = (std::max(bytes, 2 * b.bytes) + kGranule - 1) / kGranule * kGranule;
-    void* ptr = nullptr;
-    // Relaxed capture mode for this thread: this stream is not capturing, and the allocation must
-    // not invalidate a global-mode capture another thread has under way.
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    FP8ROUTE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    const cudaError_t e = cudaMalloc(&ptr, size);
-    FP8ROUTE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    FP8ROUTE_CUDA_CHECK(e);
-    if (b.ptr) kept_.push_back(b.ptr);
-    b = {ptr, size};
-    return ptr;
-  }
-
- private:
-  struct Buffer {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-  };
-  std::mutex mu_;
-  std::map<std::pair<int, uintptr_t>, Buffer> live_;
-  std::vector<void*> kept_;
-};
 
 class CutlassSm90Backend final : public GemmBackend {
  public:
@@ -171,6 +128,7 @@ class CutlassSm90Backend final : public GemmBackend {
   }
 
  private:
+  // The stream-K workspace (partial tiles and their flags), one per (device, stream).
   mutable Workspaces workspaces_;
 };
 

@@ -1,0 +1,181 @@
+// The skinny backend: launcher of kernels/gemm_skinny.cuh (small M, weight-read bound). Holds the
+// config list, the requirements (supports), the split-K rule and the per-(device, stream)
+// split-K workspace.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "fp8route/device.h"
+#include "fp8route/error.h"
+#include "fp8route/kernels/gemm_skinny.cuh"
+#include "gemm/backend.h"
+#include "gemm/workspace.h"
+
+namespace fp8route::gemm {
+namespace {
+
+struct SkinnyConfig {
+  int token_tiles;  // 8 tokens each: the config runs M <= 8 * token_tiles
+  int row_tiles;    // 16 weight rows each, per block; the block's other warps split its K slice
+  int stages;       // K blocks of 128 in flight per warp
+};
+
+// The configs, listed once. More weight rows per block for more tokens: each block reads its
+// activations once, so rows per block / M bounds that traffic relative to the weight's. Fewer
+// stages as the accumulators grow (registers: 2 blocks of 256 threads per SM, 128 each; ptxas
+// 13.0 fits the first three without spilling, m64 spills ~100 bytes).
+constexpr SkinnyConfig kConfigs[] = {
+    {1, 2, 4},  // m8_n32
+    {2, 4, 3},  // m16_n64
+    {4, 8, 2},  // m32_n128
+    {8, 8, 2},  // m64_n128
+};
+constexpr int kNumConfigs = static_cast<int>(std::size(kConfigs));
+
+std::string config_name(const SkinnyConfig& c) {
+  return "m" + std::to_string(8 * c.token_tiles) + "_n" + std::to_string(16 * c.row_tiles) + "_k128x" +
+         std::to_string(c.stages) + "_splitk";
+}
+
+// Blocks to aim for per SM: 2 x 8 warps, each with (stages - 1) x 2 KB of weight in flight, cover
+// HBM latency; more splits would only add partial-sum traffic.
+constexpr int kBlocksPerSm = 2;
+// Activations of a K slice per block, at most: two blocks per SM fit (227 KB), and the slices are
+// long enough that the shared memory, not the SM count, rarely sets the number of splits.
+constexpr int kSmemBytes = 96 * 1024;
+constexpr int64_t kMaxKBlocks = 65535;  // splits go in gridDim.y
+
+struct Launch {
+  int row_blocks, splits, split_kblocks;
+  size_t act_smem;  // the activations of one K slice
+};
+
+// The split-K rule: enough blocks for kBlocksPerSm per SM (fewer splits when N alone gives that),
+// K slices of whole 128-wide blocks (block scales are applied per K block before any sum), and
+// slices no longer than the activations' shared-memory budget allows.
+Launch plan(const GemmProblem& p, const SkinnyConfig& c, int sm_count) {
+  Launch l;
+  const int rows = 16 * c.row_tiles;
+  const int64_t kblocks = (p.k + kernels::kSkinnyKBlock - 1) / kernels::kSkinnyKBlock;
+  l.row_blocks = static_cast<int>((p.n + rows - 1) / rows);
+  const int64_t max_slice = std::max<int64_t>(
+      1, (kSmemBytes / p.m - kernels::kSkinnyActPad) / kernels::kSkinnyKBlock);
+  int64_t splits = std::max<int64_t>(1, int64_t{kBlocksPerSm} * sm_count / l.row_blocks);
+  splits = std::max(std::min(splits, kblocks), (kblocks + max_slice - 1) / max_slice);
+  l.split_kblocks = static_cast<int>((kblocks + splits - 1) / splits);
+  l.splits = static_cast<int>((kblocks + l.split_kblocks - 1) / l.split_kblocks);
+  l.act_smem = size_t(p.m) * (l.split_kblocks * kernels::kSkinnyKBlock + kernels::kSkinnyActPad);
+  return l;
+}
+
+template <class OutT, int I>
+void launch(const kernels::SkinnyParams& k, const Launch& l, int device, cudaStream_t stream) {
+  constexpr SkinnyConfig c = kConfigs[I];
+  using Traits = kernels::SkinnyTraits<c.token_tiles, c.row_tiles, c.stages>;
+  static_assert(Traits::kRedBytes <= kSmemBytes, "the K-group reduction must fit the shared memory budget");
+  const auto kernel = &kernels::sm90_fp8_gemm_skinny<OutT, c.token_tiles, c.row_tiles, c.stages>;
+  {  // above 48 KB of dynamic shared memory needs an opt-in, once per kernel and device
+    static std::mutex mu;
+    static std::set<int> done;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done.count(device)) {
+      FP8ROUTE_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+      done.insert(device);
+    }
+  }
+  const size_t smem = std::max<size_t>(l.act_smem, Traits::kRedBytes);  // the reduction reuses it
+  kernel<<<dim3(l.row_blocks, l.splits), kernels::kSkinnyThreads, smem, stream>>>(k);
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+using LaunchFn = void (*)(const kernels::SkinnyParams&, const Launch&, int device, cudaStream_t);
+
+template <int... I>
+constexpr std::array<std::array<LaunchFn, 2>, kNumConfigs> make_table(std::integer_sequence<int, I...>) {
+  return {{std::array<LaunchFn, 2>{&launch<__nv_bfloat16, I>, &launch<__half, I>}...}};
+}
+constexpr auto kLaunch = make_table(std::make_integer_sequence<int, kNumConfigs>{});
+
+class SkinnyBackend final : public GemmBackend {
+ public:
+  std::string_view name() const override { return "skinny"; }
+
+  const std::vector<std::string>& configs() const override {
+    static const std::vector<std::string> names = [] {
+      std::vector<std::string> v;
+      for (const SkinnyConfig& c : kConfigs) v.push_back(config_name(c));
+      return v;
+    }();
+    return names;
+  }
+
+  std::string supports(const GemmProblem& p, int config) const override {
+    const SkinnyConfig& c = kConfigs[config];
+    if (p.m > 8 * c.token_tiles)
+      return "config " + configs()[config] + " runs M <= " + std::to_string(8 * c.token_tiles) +
+             " (tokens per block), got M=" + std::to_string(p.m);
+    if (std::string why = common_fast_path_reason(p); !why.empty()) return why;
+    if (p.k % 16 != 0)
+      return "needs K % 16 == 0 (16-byte loads of a's and b's rows), got K=" + std::to_string(p.k);
+    if (p.n > std::numeric_limits<int32_t>::max() - 128)
+      return "N must be < 2^31 - 128 (int32 row indices), got N=" + std::to_string(p.n);
+    if ((p.k + kernels::kSkinnyKBlock - 1) / kernels::kSkinnyKBlock > kMaxKBlocks)
+      return "K must be <= 65535 * 128 (K splits go in gridDim.y), got K=" + std::to_string(p.k);
+    if (p.out != DType::bf16 && p.out != DType::f16) return "out must be bf16 or f16";
+    if (cuda_device_count() == 0) return cuda_unavailable_reason();
+    const DeviceInfo& dev = device_info();
+    if (!dev.is_sm90())
+      return "needs an SM90 GPU (kernels built for sm_90a), device " + std::to_string(dev.index) + " is sm_" +
+             std::to_string(dev.sm_version());
+    return "";
+  }
+
+  void run(const GemmProblem& p, const GemmOperands& ops, int config, cudaStream_t stream) const override {
+    const DeviceInfo& dev = device_info();
+    const Launch l = plan(p, kConfigs[config], dev.sm_count);
+    kernels::SkinnyParams k{};
+    k.a = ops.a, k.b = ops.b, k.sa = ops.sa, k.sb = ops.sb, k.bias = ops.bias, k.out = ops.out;
+    k.lda = ops.lda, k.ldb = ops.ldb, k.ldo = ops.ldo;
+    k.m = static_cast<int>(p.m), k.n = static_cast<int>(p.n), k.k = static_cast<int>(p.k);
+    k.kblocks = static_cast<int>((p.k + kernels::kSkinnyKBlock - 1) / kernels::kSkinnyKBlock);
+    k.split_kblocks = l.split_kblocks;
+    k.splits = l.splits;
+    k.scale_kind = static_cast<int>(p.scale);
+    k.sa_vector = p.sa_vector, k.sb_vector = p.sb_vector;
+    k.sa_ld = static_cast<int>((p.m + 3) / 4 * 4);
+    if (l.splits > 1) {
+      const std::string who = "skinny/" + configs()[config];
+      k.partial = static_cast<float*>(partials_.get(dev.index, size_t(l.splits) * p.m * p.n * 4, stream, who));
+      k.counters = static_cast<int*>(counters_.get(dev.index, size_t(l.row_blocks) * 4, stream, who));
+    }
+    kLaunch[config][p.out == DType::bf16 ? 0 : 1](k, l, dev.index, stream);
+  }
+
+ private:
+  // Split-K partials and the per-row-range arrival counters, one of each per (device, stream).
+  // Apart, so that partials never land where a later, larger problem keeps its counters.
+  mutable Workspaces partials_{"split-K workspace"};
+  mutable Workspaces counters_{"split-K counter array", /*zero_new=*/true};
+};
+
+}  // namespace
+
+const GemmBackend& skinny_backend() {
+  static const SkinnyBackend b;
+  return b;
+}
+
+}  // namespace fp8route::gemm
