@@ -120,7 +120,7 @@ double weight_gbps(const GemmProblem& p, double us) { return double(p.n) * p.k /
 
 int main(int argc, char** argv) {
   CLI::App app{"fp8route GEMM benchmark: every backend and config side by side on models.json shapes"};
-  std::string models, tps = "1", ms, scales = "tensor,row,block", backends = "cublaslt,cutlass_sm90";
+  std::string models, tps = "1", ms, scales = "tensor,row,block", backends = "cublaslt,cutlass_sm90,skinny";
   std::string out_name = "bf16", json_path, catalog = bench::default_catalog_path(), shapes;
   bool bias = false, with_floor = false;
   int reps = 20;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Summarise gemm_bench JSON records: per problem the best config of each backend, the ratio of the
-best CUTLASS config to cuBLASLt, and the aggregate figures the GEMM backends issue asks for.
+best of our own backends (CUTLASS, skinny) to cuBLASLt, and the aggregate figures the GEMM
+backends issue asks for.
 
   python3 bench/gemm_table.py gemm_tp1.json[.gz] gemm_tp8.json[.gz] [--markdown table.md]
 """
@@ -31,19 +32,21 @@ def main():
         if b is None or r["us"] < b["us"]:
             best[key][r["backend"]] = r
 
-    lines = ["| scale | layer | N | K | M | cuBLASLt µs | CUTLASS µs | best CUTLASS config | CUTLASS / cuBLASLt speed | best TFLOP/s |",
+    lines = ["| scale | layer | N | K | M | cuBLASLt µs | ours µs | our best backend/config | ours / cuBLASLt speed | best TFLOP/s |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     ratios = defaultdict(list)  # (scale, band) -> cublaslt_us / cutlass_us
     worst = {}
     for key in sorted(best):
         scale, n, k, m = key
         d = best[key]
-        lt, ct = d.get("cublaslt"), d.get("cutlass_sm90")
+        lt = d.get("cublaslt")
+        own = [r for b, r in d.items() if b not in ("cublaslt", "floor", "reference")]
+        ct = min(own, key=lambda r: r["us"]) if own else None
         ratio = lt["us"] / ct["us"] if lt and ct else float("nan")
         top = min(d.values(), key=lambda r: r["us"])
         lines.append(f'| {scale} | {label[key]} | {n} | {k} | {m} | {lt["us"]:.2f} | ' if lt else f'| {scale} | {label[key]} | {n} | {k} | {m} | — | ')
         ratio_s = f"{ratio:.2f}x" if lt and ct else "—"
-        lines[-1] += (f'{ct["us"]:.2f} | {ct["config"]} | {ratio_s} | {top["tflops"]:.0f} |' if ct else "— | — | — | |")
+        lines[-1] += (f'{ct["us"]:.2f} | {ct["backend"]}/{ct["config"]} | {ratio_s} | {top["tflops"]:.0f} |' if ct else "— | — | — | |")
         if lt and ct:
             band = "decode (M<=16)" if m <= 16 else "middle (32-512)" if m <= 512 else "prefill (>=1024)"
             ratios[(scale, band)].append(ratio)
@@ -53,8 +56,8 @@ def main():
         with open(args.markdown, "w") as f:
             f.write("\n".join(lines) + "\n")
 
-    print("best CUTLASS config vs cuBLASLt (speed ratio = cuBLASLt µs / CUTLASS µs; >1: CUTLASS faster)")
-    print(f'{"scale":7} {"M band":18} {"problems":>8} {"geomean":>8} {"min":>6} {"max":>6} {"CUTLASS>=cuBLASLt":>18}')
+    print("best of our backends (CUTLASS, skinny) vs cuBLASLt (speed ratio = cuBLASLt µs / ours µs; >1: ours faster)")
+    print(f'{"scale":7} {"M band":18} {"problems":>8} {"geomean":>8} {"min":>6} {"max":>6} {"ours>=cuBLASLt":>18}')
     for (scale, band), rs in sorted(ratios.items()):
         wins = sum(r >= 1 for r in rs)
         print(f"{scale:7} {band:18} {len(rs):8d} {geomean(rs):8.3f} {min(rs):6.2f} {max(rs):6.2f} {wins:11d} of {len(rs)}")
@@ -62,7 +65,7 @@ def main():
         print(f"worst {scale}: {r:.2f}x at {label[key]} n={key[1]} k={key[2]} m={key[3]}")
     # Large prefill (M = 4096): the best TFLOP/s of each backend per scale kind.
     for scale in ("tensor", "row", "block"):
-        for be in ("cublaslt", "cutlass_sm90"):
+        for be in ("cublaslt", "cutlass_sm90", "skinny"):
             t = [d[be]["tflops"] for (s, n, k, m), d in best.items() if s == scale and m >= 4096 and be in d]
             if t:
                 print(f"M>=4096 {scale:6} {be:13} TFLOP/s: max {max(t):.0f}, median {sorted(t)[len(t)//2]:.0f} over {len(t)} shapes")

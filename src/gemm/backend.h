@@ -39,6 +39,14 @@ class GemmBackend {
                    cudaStream_t stream) const = 0;
 };
 
+// The names of a backend's config table, in its order: config_name(entry) for each entry.
+template <class Table>
+std::vector<std::string> config_names(const Table& table) {
+  std::vector<std::string> v;
+  for (const auto& c : table) v.push_back(config_name(c));
+  return v;
+}
+
 // One instance of each backend, defined next to its implementation.
 const GemmBackend& cublaslt_backend();
 const GemmBackend& cutlass_sm90_backend();

@@ -68,11 +68,7 @@ class CutlassSm90Backend final : public GemmBackend {
   std::string_view name() const override { return "cutlass_sm90"; }
 
   const std::vector<std::string>& configs() const override {
-    static const std::vector<std::string> names = [] {
-      std::vector<std::string> v;
-      for (const ConfigSpec& c : kConfigs) v.push_back(config_name(c));
-      return v;
-    }();
+    static const std::vector<std::string> names = config_names(kConfigs);
     return names;
   }
 

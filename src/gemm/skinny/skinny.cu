@@ -114,11 +114,7 @@ class SkinnyBackend final : public GemmBackend {
   std::string_view name() const override { return "skinny"; }
 
   const std::vector<std::string>& configs() const override {
-    static const std::vector<std::string> names = [] {
-      std::vector<std::string> v;
-      for (const SkinnyConfig& c : kConfigs) v.push_back(config_name(c));
-      return v;
-    }();
+    static const std::vector<std::string> names = config_names(kConfigs);
     return names;
   }
 
