@@ -1,0 +1,112 @@
+#pragma once
+// Measured routing (DESIGN.md, Routing): a table per GPU model maps (scale kind, out dtype, N, K)
+// and M to the (backend, config) that measured fastest; the Router looks problems up in it and
+// never picks a choice the backend says it cannot run. The JSON format is in README.md.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp8route/dtype.h"
+#include "fp8route/gemm.h"
+#include "fp8route/scale_kind.h"
+
+namespace fp8route {
+
+// Where and with what a table was measured. A table stamped otherwise still routes (the ranking
+// rarely flips between library versions); explain() says when the stamp differs from this machine.
+struct TableStamp {
+  std::string gpu;  // device name, "NVIDIA H200"
+  int sm_count = 0;
+  std::string cuda, cublaslt, fp8route, date;  // "13.0", "13.1", "0.1.0", "2026-11-30"
+  bool operator==(const TableStamp&) const = default;
+};
+
+struct Measured {
+  int64_t m = 0;
+  std::string backend, config;
+  double us = 0;
+  bool operator==(const Measured&) const = default;
+};
+
+// The choice for every M up to max_m (and above the previous breakpoint's max_m); the last
+// breakpoint also serves every larger M.
+struct Breakpoint {
+  int64_t max_m = 0;
+  std::string backend, config;
+  bool operator==(const Breakpoint&) const = default;
+};
+
+struct TableEntry {
+  ScaleKind scale = ScaleKind::tensor;
+  DType out = DType::bf16;
+  int64_t n = 0, k = 0;
+  std::vector<Breakpoint> breakpoints;  // max_m strictly increasing, at least one
+  std::vector<Measured> measured;       // what the breakpoints were derived from
+  bool operator==(const TableEntry&) const = default;
+};
+
+struct RoutingTable {
+  TableStamp stamp;
+  std::vector<TableEntry> entries;  // one per (scale, out, n, k)
+  bool operator==(const RoutingTable&) const = default;
+};
+
+// One measurement: a (backend, config) timed on one problem.
+struct MeasurementRecord {
+  ScaleKind scale = ScaleKind::tensor;
+  DType out = DType::bf16;
+  int64_t n = 0, k = 0, m = 0;
+  std::string backend, config;
+  double us = 0;
+};
+
+// Per (scale, out, n, k): the fastest (backend, config) at each measured M, runs of equal choices
+// merged into one breakpoint whose max_m is the run's largest M. Repeated records keep the minimum.
+RoutingTable build_routing_table(const std::vector<MeasurementRecord>& records, TableStamp stamp);
+
+// Throws Error(io_error) naming the file and what is wrong with it (not JSON, a missing or
+// mistyped field, an unknown scale kind, dtype or backend, breakpoints not increasing, ...).
+RoutingTable load_routing_table(const std::string& path);
+void save_routing_table(const RoutingTable& table, const std::string& path);
+
+struct Route {
+  std::string backend, config;
+  enum class Source { exact, nearest, heuristic } source = Source::heuristic;
+  std::string why;  // which entry or rule chose it, and every candidate skipped on the way
+};
+std::string_view name(Route::Source s);
+
+// gemm_supports() by default; tests substitute the H200's answers on a machine without a GPU.
+using SupportsFn = std::function<std::string(std::string_view backend, std::string_view config,
+                                             const GemmProblem& p)>;
+
+class Router {
+ public:
+  explicit Router(RoutingTable table, SupportsFn supports = gemm_supports);
+  // A router from a table file; when the file cannot be loaded it routes by gemm_select() alone
+  // and keeps the error (load_error(), shown by explain()) instead of throwing.
+  static Router from_file(const std::string& path, SupportsFn supports = gemm_supports);
+
+  // Exact (scale, out, N, K) entry -> its breakpoint for M; else the entry of the same scale and
+  // out with the nearest (log N, log K); else gemm_select(). A choice the backend cannot run is
+  // skipped for the entry's next-ranked measured candidate, then for gemm_select().
+  Route select(const GemmProblem& p) const;
+  // The problem, the table's stamp against this machine, the source, the choice, the ranked
+  // measured candidates at the nearest measured M and why any candidate was skipped.
+  std::string explain(const GemmProblem& p) const;
+
+  const RoutingTable& table() const { return table_; }
+  const std::string& load_error() const { return load_error_; }
+
+ private:
+  const TableEntry* find_entry(const GemmProblem& p, Route::Source& source) const;
+
+  RoutingTable table_;
+  SupportsFn supports_;
+  std::string load_error_;
+};
+
+}  // namespace fp8route

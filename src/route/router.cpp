@@ -1,0 +1,187 @@
+// The Router: table lookup, nearest-shape fallback, the heuristic, and a supports() check on every
+// choice (a table measured elsewhere, or a problem with odd alignment, may name a backend that
+// cannot run here; correctness first, then speed).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "fp8route/device.h"
+#include "fp8route/error.h"
+#include "fp8route/route.h"
+
+namespace fp8route {
+
+namespace {
+
+double log_distance(const TableEntry& e, const GemmProblem& p) {
+  return std::abs(std::log(double(e.n)) - std::log(double(p.n))) +
+         std::abs(std::log(double(e.k)) - std::log(double(p.k)));
+}
+
+const Breakpoint& breakpoint_for(const TableEntry& e, int64_t m) {
+  for (const Breakpoint& b : e.breakpoints)
+    if (m <= b.max_m) return b;
+  return e.breakpoints.back();
+}
+
+// The measured M closest to m in ratio (time scales with M, not M's difference); on a tie the
+// larger, as between breakpoints. 0 when nothing was measured.
+int64_t nearest_measured_m(const TableEntry& e, int64_t m) {
+  int64_t best = 0;
+  double dist = INFINITY;
+  for (const Measured& r : e.measured) {
+    const double d = std::abs(std::log(double(r.m)) - std::log(double(std::max<int64_t>(m, 1))));
+    if (d < dist || (d == dist && r.m > best)) best = r.m, dist = d;
+  }
+  return best;
+}
+
+std::vector<const Measured*> ranked_at(const TableEntry& e, int64_t m) {
+  std::vector<const Measured*> out;
+  for (const Measured& r : e.measured)
+    if (r.m == m) out.push_back(&r);
+  std::stable_sort(out.begin(), out.end(), [](const Measured* a, const Measured* b) { return a->us < b->us; });
+  return out;
+}
+
+std::string entry_name(const TableEntry& e) {
+  return std::string(name(e.scale)) + " " + std::string(dtype_name(e.out)) + " n=" + std::to_string(e.n) +
+         " k=" + std::to_string(e.k);
+}
+
+// A stamp's "13.1" names the release "13.1.0" the library reports.
+bool version_matches(const std::string& stamp, const std::string& here) {
+  return stamp == here || here.rfind(stamp + ".", 0) == 0;
+}
+
+std::string stamp_vs_machine(const TableStamp& s) {
+  if (cuda_device_count() == 0) return "no GPU here to compare";
+  const DeviceInfo& d = device_info(0);
+  const LibraryVersions v = library_versions();
+  std::string diff;
+  const auto check = [&](const char* what, const std::string& table, const std::string& here, bool same) {
+    if (!same) diff += std::string(diff.empty() ? "" : ", ") + what + " " + table + " here " + here;
+  };
+  check("GPU", s.gpu, d.name, s.gpu == d.name);
+  check("SMs", std::to_string(s.sm_count), std::to_string(d.sm_count), s.sm_count == d.sm_count);
+  const std::string cuda = cuda_version_string(v.cuda_runtime), lt = cublas_version_string(v.cublaslt);
+  check("CUDA", s.cuda, cuda, version_matches(s.cuda, cuda));
+  check("cuBLASLt", s.cublaslt, lt, version_matches(s.cublaslt, lt));
+  check("fp8route", s.fp8route, v.fp8route, s.fp8route == v.fp8route);
+  return diff.empty() ? "matches this machine"
+                      : "differs from this machine (" + diff + "): still used, the measured ranking may have moved";
+}
+
+}  // namespace
+
+std::string_view name(Route::Source s) {
+  switch (s) {
+    case Route::Source::exact: return "exact";
+    case Route::Source::nearest: return "nearest";
+    case Route::Source::heuristic: return "heuristic";
+  }
+  return "?";
+}
+
+Router::Router(RoutingTable table, SupportsFn supports) : table_(std::move(table)), supports_(std::move(supports)) {}
+
+Router Router::from_file(const std::string& path, SupportsFn supports) {
+  try {
+    return Router(load_routing_table(path), std::move(supports));
+  } catch (const Error& e) {
+    Router r(RoutingTable{}, std::move(supports));
+    r.load_error_ = e.what();
+    return r;
+  }
+}
+
+// A linear scan: a table holds a few hundred entries and a LinearPlan looks its entry up once, at
+// load time.
+const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source) const {
+  // Nearest first by how far M lies above the entry's largest measured M, then by (log N, log K):
+  // decode-only entries (measured to M = 64) would route M = 4096 to a swap-AB decode config,
+  // 2-5x slower than the entries measured there (held-out test, 2026-11-30 H200 data).
+  const TableEntry* nearest = nullptr;
+  std::pair<double, double> dist{INFINITY, INFINITY};
+  for (const TableEntry& e : table_.entries) {
+    if (e.scale != p.scale || e.out != p.out || e.breakpoints.empty()) continue;
+    if (e.n == p.n && e.k == p.k) return source = Route::Source::exact, &e;
+    const double short_m = std::max(0.0, std::log(double(std::max<int64_t>(p.m, 1))) -
+                                             std::log(double(e.breakpoints.back().max_m)));
+    if (const std::pair d{short_m, log_distance(e, p)}; d < dist) nearest = &e, dist = d;
+  }
+  source = nearest ? Route::Source::nearest : Route::Source::heuristic;
+  return nearest;
+}
+
+Route Router::select(const GemmProblem& p) const {
+  Route::Source source;
+  const TableEntry* e = find_entry(p, source);
+  std::string skipped;
+  if (e) {
+    const Breakpoint& bp = breakpoint_for(*e, p.m);
+    // The breakpoint's choice, then the others measured at the nearest M, fastest first.
+    std::vector<std::pair<std::string, std::string>> candidates = {{bp.backend, bp.config}};
+    for (const Measured* r : ranked_at(*e, nearest_measured_m(*e, p.m)))
+      if (r->backend != bp.backend || r->config != bp.config) candidates.emplace_back(r->backend, r->config);
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const auto& [backend, config] = candidates[i];
+      std::string why;
+      try {
+        why = supports_(backend, config, p);
+      } catch (const Error& err) {  // a config this build does not have (a table from another version)
+        why = err.what();
+      }
+      if (why.empty()) {
+        std::string how = std::string(name(source)) + " entry " + entry_name(*e) +
+                          (i == 0 ? ", breakpoint m <= " + std::to_string(bp.max_m)
+                                  : ", measured rank " + std::to_string(i) + " at m=" +
+                                        std::to_string(nearest_measured_m(*e, p.m)));
+        return {backend, config, source, how + (skipped.empty() ? "" : " (skipped " + skipped + ")")};
+      }
+      skipped += (skipped.empty() ? "" : "; ") + backend + "/" + config + ": " + why;
+    }
+  }
+  const GemmChoice c = gemm_select(p);
+  std::string why = e ? "no measured candidate of entry " + entry_name(*e) + " can run it (skipped " + skipped + "); "
+                      : std::string("no table entry for ") + std::string(name(p.scale)) + " " +
+                            std::string(dtype_name(p.out)) + "; ";
+  return {c.backend, c.config, Route::Source::heuristic, why + "heuristic: " + c.why};
+}
+
+std::string Router::explain(const GemmProblem& p) const {
+  std::ostringstream os;
+  os << "problem: " << to_string(p) << "\n";
+  if (!load_error_.empty()) {
+    os << "table: not loaded (" << load_error_ << "); routing by the heuristic\n";
+  } else {
+    const TableStamp& s = table_.stamp;
+    os << "table: " << s.gpu << ", " << s.sm_count << " SMs, CUDA " << s.cuda << ", cuBLASLt " << s.cublaslt
+       << ", fp8route " << s.fp8route << ", measured " << s.date << ", " << table_.entries.size()
+       << " entries; " << stamp_vs_machine(s) << "\n";
+  }
+  const Route r = select(p);
+  os << "source: " << name(r.source) << "\nchoice: " << r.backend << "/" << r.config << "\nwhy: " << r.why << "\n";
+  Route::Source source;
+  if (const TableEntry* e = find_entry(p, source)) {
+    const int64_t m = nearest_measured_m(*e, p.m);
+    const std::vector<const Measured*> ranked = ranked_at(*e, m);
+    os << "measured candidates for " << entry_name(*e) << " at m=" << m << " (nearest measured M):\n";
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      std::string why;
+      try {
+        why = supports_(ranked[i]->backend, ranked[i]->config, p);
+      } catch (const Error& err) {
+        why = err.what();
+      }
+      char line[64];
+      std::snprintf(line, sizeof line, "%3zu. %10.2f us  %6.3fx  ", i + 1, ranked[i]->us, ranked[i]->us / ranked[0]->us);
+      os << line << ranked[i]->backend << "/" << ranked[i]->config << (why.empty() ? "" : "  skipped: " + why) << "\n";
+    }
+  }
+  return os.str();
+}
+
+}  // namespace fp8route
