@@ -71,6 +71,9 @@ RoutingTable build_routing_table(const std::vector<MeasurementRecord>& records, 
 // mistyped field, an unknown scale kind, dtype or backend, breakpoints not increasing, ...).
 RoutingTable load_routing_table(const std::string& path);
 void save_routing_table(const RoutingTable& table, const std::string& path);
+// The table to use when none is named: $FP8ROUTE_TABLE, else routes/h200.json of the source tree
+// ($FP8ROUTE_SOURCE_DIR when set, for a build tree moved elsewhere).
+std::string default_table_path();
 
 struct Route {
   std::string backend, config;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -202,6 +203,12 @@ void save_routing_table(const RoutingTable& t, const std::string& path) {
   f << os.str();
   f.close();
   if (!f) FP8ROUTE_FAIL(ErrorCategory::io_error, "routing table " << path << ": cannot write");
+}
+
+std::string default_table_path() {
+  if (const char* t = std::getenv("FP8ROUTE_TABLE")) return t;
+  const char* src = std::getenv("FP8ROUTE_SOURCE_DIR");
+  return std::string(src ? src : FP8ROUTE_SOURCE_DIR) + "/routes/h200.json";
 }
 
 }  // namespace fp8route

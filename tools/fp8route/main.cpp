@@ -21,8 +21,21 @@ int main(int argc, char** argv) {
       app.add_subcommand("info", "GPU, SM version, CUDA and cuBLASLt versions, usable components");
   info_cmd->add_flag("--json", info.json, "print the report as JSON");
 
+  ExplainOptions ex;
+  CLI::App* explain_cmd = app.add_subcommand(
+      "explain", "which backend/config a GEMM routes to, from where (exact, nearest, heuristic), and why");
+  explain_cmd->add_option("--m", ex.m, "tokens (rows of a)")->capture_default_str();
+  explain_cmd->add_option("--n", ex.n, "output features (rows of the weight)");
+  explain_cmd->add_option("--k", ex.k, "input features");
+  explain_cmd->add_option("--scale", ex.scale, "tensor, row or block")->capture_default_str();
+  explain_cmd->add_option("--out", ex.out, "bf16 or f16")->capture_default_str();
+  explain_cmd->add_option("--model", ex.model, "every layer of a shapes/models.json model instead of --n/--k");
+  explain_cmd->add_option("--tp", ex.tp, "tensor-parallel degree with --model")->capture_default_str();
+  explain_cmd->add_option("--table", ex.table, "routing table (default: $FP8ROUTE_TABLE, else routes/h200.json)");
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (app.got_subcommand(explain_cmd)) return run_explain(ex);
     if (app.got_subcommand(info_cmd) || app.get_subcommands().empty()) return run_info(info);
   } catch (const fp8route::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -1,0 +1,49 @@
+// fp8route explain: which backend and config a GEMM problem routes to, where the choice came from
+// (exact table entry, nearest entry, heuristic), the ranked measured candidates and why any was
+// skipped. Works without a GPU (the fast backends' static rules are all it can then check).
+
+#include <cstdio>
+#include <string>
+
+#include "bench/shapes.h"
+#include "commands.h"
+#include "fp8route/device.h"
+#include "fp8route/error.h"
+#include "fp8route/gemm.h"
+#include "fp8route/route.h"
+
+namespace fp8route::cli {
+
+int run_explain(const ExplainOptions& opt) {
+  FP8ROUTE_CHECK(opt.m >= 1, "--m: must be >= 1, got " << opt.m);
+  FP8ROUTE_CHECK(!opt.model.empty() || (opt.n >= 1 && opt.k >= 1),
+                 "--n and --k (or --model) are required, got n=" << opt.n << " k=" << opt.k);
+  // Without a GPU the backends cannot answer for this machine; the plan is then the table's, as
+  // measured on its GPU (every problem explained here is aligned, the one static rule that remains).
+  const bool gpu = cuda_device_count() > 0;
+  if (!gpu)
+    std::printf("no GPU here (%s): showing the table's choices as measured, without checking this "
+                "machine's backends\n\n", cuda_unavailable_reason().c_str());
+  const SupportsFn as_measured = [](std::string_view, std::string_view, const GemmProblem&) { return std::string(); };
+  const std::string path = opt.table.empty() ? default_table_path() : opt.table;
+  const Router router = gpu ? Router::from_file(path) : Router::from_file(path, as_measured);
+  const ScaleKind scale = parse_scale_kind(opt.scale);
+  const DType out = parse_dtype(opt.out, "--out");
+  if (!opt.model.empty()) {
+    const bench::ShapeCatalog cat = bench::load_catalog(bench::default_catalog_path());
+    int shown = 0;
+    for (const bench::LayerShape& l : bench::at_tp(cat.layers, opt.tp)) {
+      if (l.model != opt.model) continue;
+      std::printf("== %s/%s tp%d\n%s\n", l.model.c_str(), l.layer.c_str(), l.tp,
+                  router.explain(make_problem(opt.m, l.n, l.k, scale, out)).c_str());
+      ++shown;
+    }
+    FP8ROUTE_CHECK(shown > 0, "--model: no layers of '" << opt.model << "' at TP " << opt.tp
+                                                       << " in " << bench::default_catalog_path());
+    return 0;
+  }
+  std::printf("%s\n", router.explain(make_problem(opt.m, opt.n, opt.k, scale, out)).c_str());
+  return 0;
+}
+
+}  // namespace fp8route::cli
