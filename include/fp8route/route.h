@@ -106,6 +106,8 @@ class Router {
 
  private:
   const TableEntry* find_entry(const GemmProblem& p, Route::Source& source) const;
+  std::vector<const TableEntry*> nearest_entries(const GemmProblem& p, size_t count) const;
+  std::vector<std::pair<std::string, std::string>> blend_nearest(const GemmProblem& p) const;
 
   RoutingTable table_;
   SupportsFn supports_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "fp8route/device.h"
@@ -97,23 +98,57 @@ Router Router::from_file(const std::string& path, SupportsFn supports) {
   }
 }
 
-// A linear scan: a table holds a few hundred entries and a LinearPlan looks its entry up once, at
-// load time.
-const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source) const {
-  // Nearest first by how far M lies above the entry's largest measured M, then by (log N, log K):
-  // decode-only entries (measured to M = 64) would route M = 4096 to a swap-AB decode config,
-  // 2-5x slower than the entries measured there (held-out test, 2026-11-30 H200 data).
-  const TableEntry* nearest = nullptr;
-  std::pair<double, double> dist{INFINITY, INFINITY};
+// The entries of p's scale kind and out dtype, nearest first: by how far M lies above the entry's
+// largest measured M, then by (log N, log K). The first key keeps decode-only entries (measured to
+// M = 64) from routing M = 4096 to a swap-AB decode config, 2-5x slower than the entries measured
+// there (held-out test, 2026-11-30 H200 data). A linear scan: a table holds a few hundred entries.
+std::vector<const TableEntry*> Router::nearest_entries(const GemmProblem& p, size_t count) const {
+  std::vector<std::pair<std::pair<double, double>, const TableEntry*>> scored;
   for (const TableEntry& e : table_.entries) {
     if (e.scale != p.scale || e.out != p.out || e.breakpoints.empty()) continue;
-    if (e.n == p.n && e.k == p.k) return source = Route::Source::exact, &e;
     const double short_m = std::max(0.0, std::log(double(std::max<int64_t>(p.m, 1))) -
                                              std::log(double(e.breakpoints.back().max_m)));
-    if (const std::pair d{short_m, log_distance(e, p)}; d < dist) nearest = &e, dist = d;
+    scored.push_back({{short_m, log_distance(e, p)}, &e});
   }
-  source = nearest ? Route::Source::nearest : Route::Source::heuristic;
-  return nearest;
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<const TableEntry*> out;
+  for (size_t i = 0; i < scored.size() && i < count; ++i) out.push_back(scored[i].second);
+  return out;
+}
+
+const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source) const {
+  for (const TableEntry& e : table_.entries)
+    if (e.scale == p.scale && e.out == p.out && e.n == p.n && e.k == p.k && !e.breakpoints.empty())
+      return source = Route::Source::exact, &e;
+  const std::vector<const TableEntry*> near = nearest_entries(p, 1);
+  source = near.empty() ? Route::Source::heuristic : Route::Source::nearest;
+  return near.empty() ? nullptr : near[0];
+}
+
+// Candidates for a shape the table does not have, best first: over the kBlend nearest entries,
+// each (backend, config) scored by the geometric mean of its time relative to that entry's best at
+// the entry's nearest measured M (a config an entry did not measure counts as 2x). A config that is
+// good on all neighbours beats one that won narrowly on the closest.
+std::vector<std::pair<std::string, std::string>> Router::blend_nearest(const GemmProblem& p) const {
+  constexpr size_t kBlend = 3;
+  constexpr double kUnmeasured = 2.0;
+  const std::vector<const TableEntry*> near = nearest_entries(p, kBlend);
+  std::map<std::pair<std::string, std::string>, std::vector<double>> rel;
+  for (const TableEntry* e : near) {
+    const std::vector<const Measured*> ranked = ranked_at(*e, nearest_measured_m(*e, p.m));
+    for (const Measured* r : ranked) rel[{r->backend, r->config}].push_back(r->us / ranked[0]->us);
+  }
+  std::vector<std::pair<double, std::pair<std::string, std::string>>> scored;
+  for (auto& [c, v] : rel) {
+    double log_sum = 0;
+    for (double x : v) log_sum += std::log(x);
+    log_sum += double(near.size() - v.size()) * std::log(kUnmeasured);
+    scored.push_back({log_sum, c});
+  }
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& [score, c] : scored) out.push_back(std::move(c));
+  return out;
 }
 
 Route Router::select(const GemmProblem& p) const {
@@ -122,10 +157,17 @@ Route Router::select(const GemmProblem& p) const {
   std::string skipped;
   if (e) {
     const Breakpoint& bp = breakpoint_for(*e, p.m);
-    // The breakpoint's choice, then the others measured at the nearest M, fastest first.
-    std::vector<std::pair<std::string, std::string>> candidates = {{bp.backend, bp.config}};
-    for (const Measured* r : ranked_at(*e, nearest_measured_m(*e, p.m)))
-      if (r->backend != bp.backend || r->config != bp.config) candidates.emplace_back(r->backend, r->config);
+    // Exact: the breakpoint's choice, then the others measured at the nearest M, fastest first.
+    // Nearest: the neighbours' consensus instead (blend_nearest), since the single nearest shape's
+    // winner is often a config that only just won there.
+    std::vector<std::pair<std::string, std::string>> candidates;
+    if (source == Route::Source::nearest) {
+      candidates = blend_nearest(p);
+    } else {
+      candidates.emplace_back(bp.backend, bp.config);
+      for (const Measured* r : ranked_at(*e, nearest_measured_m(*e, p.m)))
+        if (r->backend != bp.backend || r->config != bp.config) candidates.emplace_back(r->backend, r->config);
+    }
     for (size_t i = 0; i < candidates.size(); ++i) {
       const auto& [backend, config] = candidates[i];
       std::string why;
@@ -135,10 +177,14 @@ Route Router::select(const GemmProblem& p) const {
         why = err.what();
       }
       if (why.empty()) {
-        std::string how = std::string(name(source)) + " entry " + entry_name(*e) +
-                          (i == 0 ? ", breakpoint m <= " + std::to_string(bp.max_m)
-                                  : ", measured rank " + std::to_string(i) + " at m=" +
-                                        std::to_string(nearest_measured_m(*e, p.m)));
+        std::string how =
+            source == Route::Source::nearest
+                ? "nearest entries (closest " + entry_name(*e) + "), rank " + std::to_string(i + 1) +
+                      " by geomean time relative to each entry's best at its nearest measured M"
+                : std::string(name(source)) + " entry " + entry_name(*e) +
+                      (i == 0 ? ", breakpoint m <= " + std::to_string(bp.max_m)
+                              : ", measured rank " + std::to_string(i) + " at m=" +
+                                    std::to_string(nearest_measured_m(*e, p.m)));
         return {backend, config, source, how + (skipped.empty() ? "" : " (skipped " + skipped + ")")};
       }
       skipped += (skipped.empty() ? "" : "; ") + backend + "/" + config + ": " + why;
