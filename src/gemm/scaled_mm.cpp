@@ -182,7 +182,8 @@ void scaled_mm(const ScaledMmArgs& args, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
   const GemmChoice c = gemm_select(p);
   const gemm::GemmBackend& b = gemm::find_backend(c.backend);
-  run_checked(b, gemm::find_config(b, c.config), p, args, stream);
+  // gemm_select returns only a choice whose supports() it has just seen pass.
+  b.run(p, operands(args), gemm::find_config(b, c.config), stream);
 }
 
 void scaled_mm(const ScaledMmArgs& args, std::string_view backend, std::string_view config,
