@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/args.h"
-#include "bench/fill.cuh"
+#include "bench/gemm_operands.h"
 #include "bench/measure.h"
 #include "bench/shapes.h"
 #include "core/cuda_check.h"
@@ -33,55 +33,6 @@ using namespace fp8route;
 
 namespace {
 
-// `sets` independent copies of a problem's operands (scales and bias are small and shared).
-struct Operands {
-  std::vector<DeviceBuffer> a, b, out;
-  DeviceBuffer sa, sb, bias;
-  std::vector<ScaledMmArgs> args;
-};
-
-Operands make_operands(const GemmProblem& p, int sets, uint64_t seed) {
-  Operands o;
-  const int64_t kb = (p.k + 127) / 128, ma = (p.m + 3) / 4 * 4;
-  int64_t na = 1, nb = 1;
-  if (p.scale == ScaleKind::row) na = p.m, nb = p.n;
-  if (p.scale == ScaleKind::block) na = kb * ma, nb = (p.n + 127) / 128 * kb;
-  o.sa = DeviceBuffer(na * 4);
-  o.sb = DeviceBuffer(nb * 4);
-  bench::fill_scales<<<bench::kFillGrid, bench::kFillBlock>>>(o.sa.as<float>(), na, seed ^ 3, false);
-  bench::fill_scales<<<bench::kFillGrid, bench::kFillBlock>>>(o.sb.as<float>(), nb, seed ^ 4, false);
-  if (p.bias) {
-    o.bias = DeviceBuffer(p.n * 2);
-    if (p.out == DType::bf16)
-      bench::fill_bias<<<bench::kFillGrid, bench::kFillBlock>>>(o.bias.as<__nv_bfloat16>(), p.n, seed ^ 5, false);
-    else
-      bench::fill_bias<<<bench::kFillGrid, bench::kFillBlock>>>(o.bias.as<__half>(), p.n, seed ^ 5, false);
-  }
-  for (int s = 0; s < sets; ++s) {
-    o.a.emplace_back(p.m * p.k);
-    o.b.emplace_back(p.n * p.k);
-    o.out.emplace_back(p.m * p.n * 2);
-    bench::fill_codes<<<bench::kFillGrid, bench::kFillBlock>>>(o.a.back().as<uint8_t>(), p.m, p.k, p.k, seed ^ (s * 16 + 1), false);
-    bench::fill_codes<<<bench::kFillGrid, bench::kFillBlock>>>(o.b.back().as<uint8_t>(), p.n, p.k, p.k, seed ^ (s * 16 + 2), false);
-    ScaledMmArgs x;
-    x.scale = p.scale;
-    x.a = TensorView::contiguous(o.a.back().data(), DType::e4m3, {p.m, p.k});
-    x.b = TensorView::contiguous(o.b.back().data(), DType::e4m3, {p.n, p.k});
-    x.out = TensorView::contiguous(o.out.back().data(), p.out, {p.m, p.n});
-    if (p.scale == ScaleKind::block) {
-      x.scale_a = TensorView::contiguous(o.sa.data(), DType::f32, {kb, ma});
-      x.scale_b = TensorView::contiguous(o.sb.data(), DType::f32, {(p.n + 127) / 128, kb});
-    } else {
-      x.scale_a = TensorView::contiguous(o.sa.data(), DType::f32, {na});
-      x.scale_b = TensorView::contiguous(o.sb.data(), DType::f32, {nb});
-    }
-    if (p.bias) x.bias = TensorView::contiguous(o.bias.data(), p.out, {p.n});
-    o.args.push_back(x);
-  }
-  FP8ROUTE_CUDA_CHECK(cudaDeviceSynchronize());
-  return o;
-}
-
 struct Row {
   std::string model, layer;
   int tp;
@@ -89,32 +40,6 @@ struct Row {
   std::string backend, config;
   bench::Measurement m;
 };
-
-// The weight-read floor: reads n16 16-byte units (L1 bypassed, every SM, 4 loads in flight per
-// thread) and folds them into one word, so the loads are not optimized away.
-__global__ void read_floor(const uint4* p, int64_t n16, unsigned* sink) {
-  auto load = [](const uint4* q) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q));
-    return v.x ^ v.y ^ v.z ^ v.w;
-  };
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  unsigned x = 0;
-  for (; i + 3 * stride < n16; i += 4 * stride) {
-    unsigned v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = load(p + i + u * stride);
-    x ^= v[0] ^ v[1] ^ v[2] ^ v[3];
-  }
-  for (; i < n16; i += stride) x ^= load(p + i);
-  for (int o = 16; o > 0; o /= 2) x ^= __shfl_xor_sync(0xFFFFFFFFu, x, o);
-  if (threadIdx.x % 32 == 0) atomicXor(sink, x);
-}
-
-double tflops(const GemmProblem& p, double us) { return 2.0 * p.m * p.n * p.k / (us * 1e-6) / 1e12; }
-double weight_gbps(const GemmProblem& p, double us) { return double(p.n) * p.k / (us * 1e-6) / 1e9; }
 
 }  // namespace
 
@@ -173,20 +98,19 @@ int main(int argc, char** argv) {
     size_t done = 0;
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<Row> rows;
-    DeviceBuffer sink(sizeof(unsigned));
     for (const bench::LayerShape& l : layers) {
       for (int64_t m : m_grid) {
         for (const std::string& sk : bench::parse_names(scales)) {
           const GemmProblem p = make_problem(m, l.n, l.k, parse_scale_kind(sk), out, bias);
-          const int sets = bench::rotation_sets(p.m * p.k + p.n * p.k + p.m * p.n * 2, opt);
-          Operands o = make_operands(p, sets, 0x5EEDull * (done + 1));
+          const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), opt);
+          const bench::GemmOperandSets o = bench::make_gemm_operands(p, sets, 0x5EEDull * (done + 1));
           std::map<std::string, Row> best;  // per backend
           for (const std::string& b : bench::parse_names(backends)) {
             for (const std::string& c : gemm_configs(b)) {
               if (!gemm_supports(b, c, p).empty()) continue;
               Row r{l.model, l.layer, l.tp, p, b, c, {}};
               try {
-                r.m = bench::measure([&](int set, cudaStream_t s) { scaled_mm(o.args[set], b, c, s); }, sets, opt);
+                r.m = bench::measure_gemm(o, b, c, opt);
               } catch (const Error& e) {
                 std::printf("  %s/%s failed on %s: %s\n", b.c_str(), c.c_str(), to_string(p).c_str(), e.what());
                 continue;
@@ -197,13 +121,7 @@ int main(int argc, char** argv) {
           }
           if (with_floor) {
             Row r{l.model, l.layer, l.tp, p, "floor", "read", {}};
-            r.m = bench::measure(
-                [&](int set, cudaStream_t s) {
-                  read_floor<<<4 * dev.sm_count, 512, 0, s>>>(o.b[set].as<uint4>(), p.n * p.k / 16,
-                                                              sink.as<unsigned>());
-                  FP8ROUTE_CHECK_LAUNCH();
-                },
-                sets, opt);
+            r.m = bench::measure_read_floor(o, opt);
             rows.push_back(r);
             best["floor"] = r;
           }
@@ -214,7 +132,7 @@ int main(int argc, char** argv) {
           const double lt = best.count("cublaslt") ? best["cublaslt"].m.median_us : 0;
           for (const auto& [b, r] : best)
             std::printf("    %-13s %9.2f us %7.1f TFLOP/s %6.0f GB/s  %-44s%s\n", b.c_str(), r.m.median_us,
-                        tflops(p, r.m.median_us), weight_gbps(p, r.m.median_us), r.config.c_str(),
+                        bench::tflops(p, r.m.median_us), bench::weight_gbps(p, r.m.median_us), r.config.c_str(),
                         lt > 0 && b != "cublaslt" ? (" x" + std::to_string(lt / r.m.median_us).substr(0, 5) + " vs cublaslt").c_str() : "");
           std::fflush(stdout);
         }
@@ -227,7 +145,7 @@ int main(int argc, char** argv) {
                      {"k", r.p.k}, {"scale", std::string(name(r.p.scale))}, {"out", std::string(dtype_name(r.p.out))},
                      {"bias", r.p.bias}, {"backend", r.backend}, {"config", r.config},
                      {"us", r.m.median_us}, {"min_us", r.m.min_us}, {"max_us", r.m.max_us}, {"sets", r.m.sets},
-                     {"tflops", tflops(r.p, r.m.median_us)}, {"weight_gbps", weight_gbps(r.p, r.m.median_us)}});
+                     {"tflops", bench::tflops(r.p, r.m.median_us)}, {"weight_gbps", bench::weight_gbps(r.p, r.m.median_us)}});
       std::ofstream(json_path) << j.dump(1) << "\n";
       std::printf("wrote %zu records to %s\n", rows.size(), json_path.c_str());
     }

@@ -27,6 +27,8 @@
 #include "fp8route/buffer.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
+#include "fp8route/linear.h"
+#include "fp8route/route.h"
 #include "fp8route/reference.h"
 #include "gemm/backend.h"
 #include "gemm/reference/reference.h"
@@ -393,13 +395,75 @@ TEST(GemmBackends, OddShapesRouteToACorrectBackend) {
       for (bool exact : {false, true}) {
         GemmProblem p = make_problem(s.m, s.n, s.k, kind, exact ? DType::f16 : DType::bf16, !exact);
         Problem prob(p, exact, case_seed(++idx));
-        const GemmChoice c = gemm_select(prob.problem());
+        const Route c = default_router()->select(prob.problem());
         EXPECT_EQ(cudaMemset(prob.args().out.data, 0xFF, s.m * s.n * 2), cudaSuccess);
         scaled_mm(prob.args(), nullptr);  // the routed entry point
         expect_good(prob.check(), exact, "routed to " + c.backend + ": " + prob.repro(c.backend, c.config));
       }
     }
   }
+}
+
+// ---- LinearPlan: the route it reports is the one it runs, with the scale form prepared for it ----
+
+// A table that sends every M of one layer to one backend first (then the plan falls through).
+std::shared_ptr<const Router> router_preferring(const std::string& backend, const std::string& config,
+                                                const GemmProblem& p) {
+  RoutingTable t;
+  t.stamp = {"test", 1, "0", "0", "0", "2026-11-30"};
+  t.entries.push_back({p.scale, p.out, p.n, p.k, {{1 << 30, backend, config}}, {{1, backend, config, 1.0}}});
+  return std::make_shared<const Router>(std::move(t));
+}
+
+TEST(LinearPlanGpu, RunsTheReportedRouteWithItsScaleForm) {
+  FP8ROUTE_REQUIRE_SM90();
+  struct Case {
+    ScaleKind gemm;
+    bool sa_vector, sb_vector;  // row: the GEMM the layer becomes
+    ScaleKind act;
+    int64_t n, k;
+    const char* prefer;  // backend the test table puts first ("" = the shipped table)
+  };
+  const Case cases[] = {
+      {ScaleKind::tensor, false, false, ScaleKind::tensor, 4096, 4096, ""},
+      {ScaleKind::row, true, true, ScaleKind::row, 6144, 4096, ""},
+      {ScaleKind::row, true, false, ScaleKind::row, 4096, 4096, "cublaslt"},   // scalar weight scale, expanded
+      {ScaleKind::row, false, true, ScaleKind::tensor, 4096, 4096, "cublaslt"}, // cuBLASLt only at M = 1
+      {ScaleKind::block, true, true, ScaleKind::block, 2048, 5376, "cublaslt"}, // padded scale_b for cuBLASLt
+      {ScaleKind::block, true, true, ScaleKind::block, 7168, 2048, ""},
+  };
+  uint64_t idx = 5000;
+  std::map<std::string, int> ran;
+  for (const Case& c : cases)
+    for (int64_t m : {1, 3, 4, 16, 64, 130, 1000}) {
+      GemmProblem p = make_problem(m, c.n, c.k, c.gemm, m % 2 ? DType::f16 : DType::bf16, m == 16);
+      if (c.gemm == ScaleKind::row) p.sa_vector = c.sa_vector && m != 1, p.sb_vector = c.sb_vector;
+      Problem prob(p, false, case_seed(++idx));
+      const ScaledMmArgs& a = prob.args();
+      const std::shared_ptr<const Router> router =
+          *c.prefer ? router_preferring(c.prefer, "heuristic", p) : default_router();
+      const LinearPlan plan(a.b, a.scale_b, c.act, p.out, a.bias, router);
+      const Route r = plan.route(m);
+      EXPECT_EQ(cudaMemset(a.out.data, 0xFF, m * c.n * 2), cudaSuccess);
+      plan.run(a.a, a.scale_a, a.out, nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::string what = "LinearPlan " + std::string(name(c.act)) + " act, " + to_string(p) + " routed to " +
+                               r.backend + "/" + r.config + " (" + r.why + ")";
+      expect_good(prob.check(), false, what);
+      ++ran[std::string(name(c.act)) + "->" + r.backend];
+      // The padded form is what cuBLASLt ran: it needs M % 4 == 0, and the unpadded scale_b alone
+      // would not have let it run this layer at all.
+      if (c.gemm == ScaleKind::block && std::string(c.prefer) == "cublaslt") {
+        EXPECT_TRUE(plan.layout().pad_weight_scale);
+        EXPECT_EQ(r.backend == "cublaslt", m % 4 == 0) << what;
+        EXPECT_NE(gemm_supports("cublaslt", "heuristic", p), "") << "K = 5376 should need the padded form";
+      }
+      if (c.act == ScaleKind::tensor && c.gemm == ScaleKind::row && std::string(c.prefer) == "cublaslt")
+        EXPECT_EQ(r.backend == "cublaslt", m == 1) << what;
+      if (c.sb_vector == false && c.gemm == ScaleKind::row && std::string(c.prefer) == "cublaslt")
+        EXPECT_EQ(r.backend, "cublaslt") << what << ": the expanded weight scale lets cuBLASLt run every M";
+    }
+  for (const auto& [k, v] : ran) std::printf("LinearPlan ran %s on %d problems\n", k.c_str(), v);
 }
 
 // ---- determinism and CUDA-graph replay -----------------------------------------------------------

@@ -134,7 +134,17 @@ TEST(GemmArgs, BadArgumentsNameTheArgument) {
   EXPECT_ERROR_MENTIONS(a, "scale_a (block: [ceil(K/128), align(M, 4)], M-major): expected shape [4,8]");
   a = make_args({5, 256, 512}, ScaleKind::block);
   a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {4, 2});  // transposed
-  EXPECT_ERROR_MENTIONS(a, "scale_b (block: [ceil(N/128), ceil(K/128)]): expected shape [2,4]");
+  EXPECT_ERROR_MENTIONS(a, "scale_b (block: [ceil(N/128), ceil(K/128)], contiguous or with rows padded to a multiple of 4): expected shape [2,4]");
+  // K = 640: 5 blocks per row. Rows padded to 8 floats are the cuBLASLt form; padded to 6 is neither.
+  a = make_args({8, 256, 640}, ScaleKind::block);
+  a.scale_b = TensorView::strided(fake(4 << 24), DType::f32, {2, 5}, {8, 1});
+  EXPECT_TRUE(check_scaled_mm(a).sb_padded);
+  EXPECT_NE(to_string(check_scaled_mm(a)).find("sb=padded4"), std::string::npos);
+  EXPECT_NE(gemm_supports("cutlass_sm90", "block_128x128x128_1x2x1_coop", check_scaled_mm(a)).find("unpadded"), std::string::npos);
+  a.scale_b = TensorView::strided(fake(4 << 24), DType::f32, {2, 5}, {6, 1});
+  EXPECT_ERROR_MENTIONS(a, "contiguous or with rows padded to a multiple of 4");
+  a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {2, 5});
+  EXPECT_FALSE(check_scaled_mm(a).sb_padded);
   a = make_args(s, ScaleKind::row);
   a.bias = TensorView::contiguous(fake(5 << 24), DType::f16, {s.n});
   EXPECT_ERROR_MENTIONS(a, "bias: dtype f16 not allowed");

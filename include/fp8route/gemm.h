@@ -9,6 +9,9 @@
 // | row        | f32 [M] per token, or one element              | f32 [N] per channel, or one element|
 // | block      | f32 [ceil(K/128), align(M, 4)] (1x128, M-major)| f32 [ceil(N/128), ceil(K/128)]     |
 //
+// Block scale_b may also be the padded form cuBLASLt reads: the same [ceil(N/128), ceil(K/128)]
+// view with row stride align(ceil(K/128), 4) (GemmProblem::sb_padded).
+//
 // Every function checks its arguments before anything is enqueued and throws Error naming the
 // argument and the rule; work is enqueued on `stream`, nothing synchronizes, and every backend
 // can be captured in a CUDA graph.
@@ -38,6 +41,10 @@ struct GemmProblem {
   // Largest power of two <= 16 dividing, in bytes, every base pointer and leading-dimension stride
   // of a, b and y. The fast backends need 16 (TMA and cuBLASLt FP8); the reference takes any.
   int align = 16;
+  // block kind: scale_b's rows are padded to a multiple of 4 floats (row stride align(ceil(K/128), 4)
+  // instead of ceil(K/128)): the form cuBLASLt reads. Only set when ceil(K/128) % 4 != 0 (otherwise
+  // the two forms are the same); LinearPlan prepares it, the other backends need the unpadded form.
+  bool sb_padded = false;
 
   bool operator==(const GemmProblem&) const = default;
 };
@@ -63,8 +70,9 @@ struct ScaledMmArgs {
 // Checks every argument (throws Error(invalid_argument) naming it) and describes the problem.
 GemmProblem check_scaled_mm(const ScaledMmArgs& args);
 
-// The GEMM: checks the arguments once, picks a backend by the documented rule (see
-// gemm_select()), runs it. M = 0 returns at once.
+// The GEMM: checks the arguments once, routes the problem with the process-wide Router
+// (default_router() in route.h: the measured routing table, else gemm_select()), runs the choice.
+// Routes are cached per problem, so a repeated shape costs a hash lookup. M = 0 returns at once.
 void scaled_mm(const ScaledMmArgs& args, cudaStream_t stream);
 
 // The same on a chosen backend and config (names from gemm_backends()/gemm_configs()); throws

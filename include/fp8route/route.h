@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fp8route/dtype.h"
@@ -23,6 +25,9 @@ struct TableStamp {
   std::string cuda, cublaslt, fp8route, date;  // "13.0", "13.1", "0.1.0", "2026-11-30"
   bool operator==(const TableStamp&) const = default;
 };
+
+// This machine's stamp (device 0) dated today (UTC), for a table tuned here.
+TableStamp stamp_this_machine();
 
 struct Measured {
   int64_t m = 0;
@@ -97,9 +102,16 @@ class Router {
   // out with the nearest (log N, log K); else gemm_select(). A choice the backend cannot run is
   // skipped for the entry's next-ranked measured candidate, then for gemm_select().
   Route select(const GemmProblem& p) const;
+  // The table's (backend, config) candidates for p, best first, before any supports() check: what
+  // select() walks (empty when the table has no entry of p's scale kind).
+  std::vector<std::pair<std::string, std::string>> candidates(const GemmProblem& p) const;
   // The problem, the table's stamp against this machine, the source, the choice, the ranked
   // measured candidates at the nearest measured M and why any candidate was skipped.
   std::string explain(const GemmProblem& p) const;
+
+  // The entries select() can consult for (scale, out, N, K) at any M: the exact entry, else every
+  // entry that is among the nearest for some M. A Router over them routes those shapes the same.
+  RoutingTable slice(ScaleKind scale, DType out, int64_t n, int64_t k) const;
 
   const RoutingTable& table() const { return table_; }
   const std::string& load_error() const { return load_error_; }
@@ -113,5 +125,18 @@ class Router {
   SupportsFn supports_;
   std::string load_error_;
 };
+
+// The process-wide router that scaled_mm(args, stream) uses. Made on first use from
+// default_table_path() with Router::from_file (a table that does not load leaves it routing by
+// gemm_select(), the error kept in load_error()). Thread-safe; the returned router stays valid
+// while held, even if it is replaced.
+std::shared_ptr<const Router> default_router();
+// Replaces it (a table tuned on this machine, say): scaled_mm's cached routes are dropped.
+void set_default_router(std::shared_ptr<const Router> router);
+// set_default_router from a table file; throws Error(io_error) naming the file when it does not load
+// (the current router is then kept).
+void load_default_table(const std::string& path);
+// Bumped by every set_default_router(): callers that cache routes compare it.
+uint64_t default_router_generation();
 
 }  // namespace fp8route

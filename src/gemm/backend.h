@@ -26,6 +26,9 @@ struct GemmOperands {
   int64_t ldo = 0;
 };
 
+// The operands of checked arguments (check_scaled_mm has accepted them).
+GemmOperands operands_of(const ScaledMmArgs& args);
+
 class GemmBackend {
  public:
   virtual ~GemmBackend() = default;
@@ -62,5 +65,7 @@ int find_config(const GemmBackend& b, std::string_view config);
 
 // The rule every fast backend shares (16-byte alignment, GemmProblem::align): "" or why not.
 std::string common_fast_path_reason(const GemmProblem& p);
+// Every backend but cuBLASLt reads block scale_b unpadded: "" or why not (GemmProblem::sb_padded).
+std::string unpadded_scale_b_reason(const GemmProblem& p);
 
 }  // namespace fp8route::gemm

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <mutex>
+#include <shared_mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/checks.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
+#include "fp8route/route.h"
 #include "gemm/backend.h"
 
 namespace fp8route {
@@ -62,6 +66,7 @@ std::string to_string(const GemmProblem& p) {
     os << " sa=" << (p.sa_vector ? "vec" : "scalar") << " sb=" << (p.sb_vector ? "vec" : "scalar");
   if (p.bias) os << " bias";
   if (p.align < 16) os << " align=" << p.align;
+  if (p.sb_padded) os << " sb=padded4";
   return os.str();
 }
 
@@ -121,8 +126,14 @@ GemmProblem check_scaled_mm(const ScaledMmArgs& args) {
                                      sa_shape, 2);
       detail::check_device_tensor(args.scale_b, "scale_b");
       detail::check_dtype(args.scale_b, "scale_b", {DType::f32});
-      detail::check_contiguous_shape(args.scale_b, "scale_b (block: [ceil(N/128), ceil(K/128)])",
-                                     sb_shape, 2);
+      // Unpadded (contiguous), or rows padded to 4 floats: the form cuBLASLt reads (gemm.h).
+      const int64_t padded_ld = (kb + 3) / 4 * 4;
+      p.sb_padded = kb % 4 != 0 && args.scale_b.ndim == 2 && args.scale_b.shape[0] == sb_shape[0] &&
+                    args.scale_b.shape[1] == kb && args.scale_b.strides[1] == 1 &&
+                    (args.scale_b.strides[0] == padded_ld || sb_shape[0] == 1);
+      if (!p.sb_padded)
+        detail::check_contiguous_shape(args.scale_b, "scale_b (block: [ceil(N/128), ceil(K/128)], "
+                                       "contiguous or with rows padded to a multiple of 4)", sb_shape, 2);
       detail::check_aligned(args.scale_a.data, 4, "scale_a");
       detail::check_aligned(args.scale_b.data, 4, "scale_b");
       p.sa_vector = p.sb_vector = true;
@@ -150,9 +161,7 @@ GemmProblem check_scaled_mm(const ScaledMmArgs& args) {
   return p;
 }
 
-namespace {
-
-gemm::GemmOperands operands(const ScaledMmArgs& args) {
+gemm::GemmOperands gemm::operands_of(const ScaledMmArgs& args) {
   gemm::GemmOperands o;
   o.a = static_cast<const uint8_t*>(args.a.data);
   o.lda = args.a.shape[0] <= 1 ? std::max(args.a.strides[0], args.a.shape[1]) : args.a.strides[0];
@@ -166,13 +175,58 @@ gemm::GemmOperands operands(const ScaledMmArgs& args) {
   return o;
 }
 
+namespace {
+
 void run_checked(const gemm::GemmBackend& b, int config, const GemmProblem& p,
                  const ScaledMmArgs& args, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
   const std::string why = b.supports(p, config);
   FP8ROUTE_CHECK_CAT(why.empty(), ErrorCategory::unsupported,
                      b.name() << "/" << b.configs()[config] << " cannot run " << to_string(p) << ": " << why);
-  b.run(p, operands(args), config, stream);
+  b.run(p, gemm::operands_of(args), config, stream);
+}
+
+}  // namespace
+
+namespace {
+
+struct ProblemHash {
+  size_t operator()(const GemmProblem& p) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t v : {uint64_t(p.m), uint64_t(p.n), uint64_t(p.k), uint64_t(p.scale), uint64_t(p.out),
+                       uint64_t(p.bias) | uint64_t(p.sa_vector) << 1 | uint64_t(p.sb_vector) << 2 |
+                           uint64_t(p.sb_padded) << 3 | uint64_t(p.align) << 8})
+      h = (h ^ v) * 1099511628211ull;
+    return h;
+  }
+};
+
+struct Resolved {
+  const gemm::GemmBackend* backend;
+  int config;
+};
+
+// The default router's choice per problem, so that a shape seen before costs one hash lookup (the
+// router's scan, supports() calls and strings run once per distinct problem). Dropped when the
+// default router is replaced.
+Resolved routed_choice(const GemmProblem& p) {
+  static std::shared_mutex mu;
+  static std::unordered_map<GemmProblem, Resolved, ProblemHash> cache;
+  static uint64_t generation = 0;
+  const uint64_t now = default_router_generation();
+  {
+    std::shared_lock<std::shared_mutex> lock(mu);
+    if (generation == now)
+      if (auto it = cache.find(p); it != cache.end()) return it->second;
+  }
+  // The router checks supports() on its choice (and falls back through gemm_select() to reference).
+  const Route r = default_router()->select(p);
+  const gemm::GemmBackend& b = gemm::find_backend(r.backend);
+  const Resolved res{&b, gemm::find_config(b, r.config)};
+  std::unique_lock<std::shared_mutex> lock(mu);
+  if (generation != now) cache.clear(), generation = now;
+  cache.emplace(p, res);
+  return res;
 }
 
 }  // namespace
@@ -180,10 +234,8 @@ void run_checked(const gemm::GemmBackend& b, int config, const GemmProblem& p,
 void scaled_mm(const ScaledMmArgs& args, cudaStream_t stream) {
   const GemmProblem p = check_scaled_mm(args);
   if (p.m == 0 || p.n == 0) return;
-  const GemmChoice c = gemm_select(p);
-  const gemm::GemmBackend& b = gemm::find_backend(c.backend);
-  // gemm_select returns only a choice whose supports() it has just seen pass.
-  b.run(p, operands(args), gemm::find_config(b, c.config), stream);
+  const Resolved r = routed_choice(p);
+  r.backend->run(p, gemm::operands_of(args), r.config, stream);
 }
 
 void scaled_mm(const ScaledMmArgs& args, std::string_view backend, std::string_view config,
@@ -235,6 +287,12 @@ int find_config(const GemmBackend& b, std::string_view config) {
   for (const std::string& c : cs) names += (names.empty() ? "" : ", ") + c;
   FP8ROUTE_FAIL(ErrorCategory::invalid_argument,
                 "config: backend " << b.name() << " has no config '" << config << "' (it has " << names << ")");
+}
+
+std::string unpadded_scale_b_reason(const GemmProblem& p) {
+  if (!p.sb_padded) return "";
+  return "reads block scale_b unpadded ([ceil(N/128), ceil(K/128)] contiguous); this call passes rows "
+         "padded to a multiple of 4 (the cuBLASLt form)";
 }
 
 std::string common_fast_path_reason(const GemmProblem& p) {

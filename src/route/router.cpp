@@ -3,10 +3,13 @@
 // cannot run here; correctness first, then speed).
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <sstream>
+#include <tuple>
 
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -15,6 +18,9 @@
 namespace fp8route {
 
 namespace {
+
+// How many nearest entries a shape missing from the table is routed by (blend_nearest).
+constexpr size_t kBlendEntries = 3;
 
 double log_distance(const TableEntry& e, const GemmProblem& p) {
   return std::abs(std::log(double(e.n)) - std::log(double(p.n))) +
@@ -98,17 +104,19 @@ Router Router::from_file(const std::string& path, SupportsFn supports) {
   }
 }
 
-// The entries of p's scale kind and out dtype, nearest first: by how far M lies above the entry's
+// The entries of p's scale kind, nearest first: p's out dtype before the other, then by how far M lies above the entry's
 // largest measured M, then by (log N, log K). The first key keeps decode-only entries (measured to
 // M = 64) from routing M = 4096 to a swap-AB decode config, 2-5x slower than the entries measured
 // there (held-out test, 2026-11-30 H200 data). A linear scan: a table holds a few hundred entries.
 std::vector<const TableEntry*> Router::nearest_entries(const GemmProblem& p, size_t count) const {
-  std::vector<std::pair<std::pair<double, double>, const TableEntry*>> scored;
+  std::vector<std::pair<std::tuple<bool, double, double>, const TableEntry*>> scored;
   for (const TableEntry& e : table_.entries) {
-    if (e.scale != p.scale || e.out != p.out || e.breakpoints.empty()) continue;
+    if (e.scale != p.scale || e.breakpoints.empty()) continue;
     const double short_m = std::max(0.0, std::log(double(std::max<int64_t>(p.m, 1))) -
                                              std::log(double(e.breakpoints.back().max_m)));
-    scored.push_back({{short_m, log_distance(e, p)}, &e});
+    // Entries of the other out dtype only after every entry of this one: a table tuned for bf16
+    // still routes f16 (the same kernels, the same bytes read).
+    scored.push_back({{e.out != p.out, short_m, log_distance(e, p)}, &e});
   }
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<const TableEntry*> out;
@@ -130,9 +138,8 @@ const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source
 // the entry's nearest measured M (a config an entry did not measure counts as 2x). A config that is
 // good on all neighbours beats one that won narrowly on the closest.
 std::vector<std::pair<std::string, std::string>> Router::blend_nearest(const GemmProblem& p) const {
-  constexpr size_t kBlend = 3;
   constexpr double kUnmeasured = 2.0;
-  const std::vector<const TableEntry*> near = nearest_entries(p, kBlend);
+  const std::vector<const TableEntry*> near = nearest_entries(p, kBlendEntries);
   std::map<std::pair<std::string, std::string>, std::vector<double>> rel;
   for (const TableEntry* e : near) {
     const std::vector<const Measured*> ranked = ranked_at(*e, nearest_measured_m(*e, p.m));
@@ -151,23 +158,55 @@ std::vector<std::pair<std::string, std::string>> Router::blend_nearest(const Gem
   return out;
 }
 
+RoutingTable Router::slice(ScaleKind scale, DType out, int64_t n, int64_t k) const {
+  RoutingTable t;
+  t.stamp = table_.stamp;
+  GemmProblem p = make_problem(1, n, k, scale, out);
+  Route::Source source;
+  if (const TableEntry* e = find_entry(p, source); e && source == Route::Source::exact) {
+    t.entries.push_back(*e);
+    return t;
+  }
+  // The nearest-entry order changes with M only where M crosses an entry's largest measured M
+  // (nearest_entries), so M = 1 and every max_m and max_m + 1 visit every order there is.
+  std::vector<int64_t> ms = {1};
+  for (const TableEntry& e : table_.entries)
+    if (!e.breakpoints.empty()) ms.push_back(e.breakpoints.back().max_m), ms.push_back(e.breakpoints.back().max_m + 1);
+  std::vector<const TableEntry*> used;
+  for (int64_t m : ms) {
+    p.m = m;
+    for (const TableEntry* e : nearest_entries(p, kBlendEntries))
+      if (std::find(used.begin(), used.end(), e) == used.end()) used.push_back(e);
+  }
+  // In table order, so that ties in the nearest-entry sort break the same way as in the full table.
+  for (const TableEntry& e : table_.entries)
+    if (std::find(used.begin(), used.end(), &e) != used.end()) t.entries.push_back(e);
+  return t;
+}
+
+std::vector<std::pair<std::string, std::string>> Router::candidates(const GemmProblem& p) const {
+  Route::Source source;
+  const TableEntry* e = find_entry(p, source);
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!e) return out;
+  // Nearest: the neighbours' consensus (blend_nearest), since the single nearest shape's winner is
+  // often a config that only just won there.
+  if (source == Route::Source::nearest) return blend_nearest(p);
+  // Exact: the breakpoint's choice, then the others measured at the nearest M, fastest first.
+  const Breakpoint& bp = breakpoint_for(*e, p.m);
+  out.emplace_back(bp.backend, bp.config);
+  for (const Measured* r : ranked_at(*e, nearest_measured_m(*e, p.m)))
+    if (r->backend != bp.backend || r->config != bp.config) out.emplace_back(r->backend, r->config);
+  return out;
+}
+
 Route Router::select(const GemmProblem& p) const {
   Route::Source source;
   const TableEntry* e = find_entry(p, source);
   std::string skipped;
   if (e) {
     const Breakpoint& bp = breakpoint_for(*e, p.m);
-    // Exact: the breakpoint's choice, then the others measured at the nearest M, fastest first.
-    // Nearest: the neighbours' consensus instead (blend_nearest), since the single nearest shape's
-    // winner is often a config that only just won there.
-    std::vector<std::pair<std::string, std::string>> candidates;
-    if (source == Route::Source::nearest) {
-      candidates = blend_nearest(p);
-    } else {
-      candidates.emplace_back(bp.backend, bp.config);
-      for (const Measured* r : ranked_at(*e, nearest_measured_m(*e, p.m)))
-        if (r->backend != bp.backend || r->config != bp.config) candidates.emplace_back(r->backend, r->config);
-    }
+    const std::vector<std::pair<std::string, std::string>> candidates = this->candidates(p);
     for (size_t i = 0; i < candidates.size(); ++i) {
       const auto& [backend, config] = candidates[i];
       std::string why;
@@ -196,6 +235,39 @@ Route Router::select(const GemmProblem& p) const {
                             std::string(dtype_name(p.out)) + "; ";
   return {c.backend, c.config, Route::Source::heuristic, why + "heuristic: " + c.why};
 }
+
+namespace {
+struct DefaultRouter {
+  std::mutex mu;
+  std::shared_ptr<const Router> router;
+  std::atomic<uint64_t> generation{1};
+};
+DefaultRouter& default_state() {
+  static DefaultRouter state;
+  return state;
+}
+}  // namespace
+
+std::shared_ptr<const Router> default_router() {
+  DefaultRouter& d = default_state();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (!d.router) d.router = std::make_shared<const Router>(Router::from_file(default_table_path()));
+  return d.router;
+}
+
+void set_default_router(std::shared_ptr<const Router> router) {
+  FP8ROUTE_CHECK(router != nullptr, "router: must not be null");
+  DefaultRouter& d = default_state();
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.router = std::move(router);
+  d.generation.fetch_add(1);
+}
+
+void load_default_table(const std::string& path) {
+  set_default_router(std::make_shared<const Router>(load_routing_table(path)));
+}
+
+uint64_t default_router_generation() { return default_state().generation.load(); }
 
 std::string Router::explain(const GemmProblem& p) const {
   std::ostringstream os;

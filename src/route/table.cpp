@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fp8route/error.h"
+#include "fp8route/device.h"
 #include "fp8route/route.h"
 
 namespace fp8route {
@@ -73,6 +75,22 @@ struct Reader {
 };
 
 }  // namespace
+
+TableStamp stamp_this_machine() {
+  TableStamp s;
+  const DeviceInfo& d = device_info(0);
+  const LibraryVersions v = library_versions();
+  s.gpu = d.name;
+  s.sm_count = d.sm_count;
+  s.cuda = cuda_version_string(v.cuda_runtime);
+  s.cublaslt = cublas_version_string(v.cublaslt);
+  s.fp8route = v.fp8route;
+  const std::time_t now = std::time(nullptr);
+  char date[16];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  s.date = date;
+  return s;
+}
 
 RoutingTable build_routing_table(const std::vector<MeasurementRecord>& records, TableStamp stamp) {
   // (scale, out, n, k) -> (m, backend, config) -> fastest time seen

@@ -19,3 +19,43 @@ struct ExplainOptions {
 int run_explain(const ExplainOptions& opt);
 
 }  // namespace fp8route::cli
+
+namespace fp8route::cli {
+
+// What tune and bench run on: models of a catalog at TP degrees, or a shape file.
+struct ShapeOptions {
+  std::string model;          // comma-separated names, "all", or "" (the command's default)
+  std::string tp = "1";       // comma-separated TP degrees
+  std::string m;              // comma-separated M values ("" = the catalog's m_grid)
+  std::string shapes;         // a shape file instead of models (see README)
+  std::string scale = "tensor,row,block";
+  std::string out = "bf16";
+  std::string catalog;        // "" = shapes/models.json of the project
+  int reps = 20;
+};
+
+struct TuneOptions {
+  ShapeOptions shapes;
+  std::string table_path = "fp8route-table.json";  // the routing table written
+  std::string raw_path;                             // "" = <table_path without .json>.raw.jsonl
+  std::string backends = "cublaslt,cutlass_sm90,skinny";
+  bool fresh = false;  // ignore (and overwrite) an existing raw file instead of resuming from it
+};
+int run_tune(const TuneOptions& opt);
+
+struct BenchOptions {
+  ShapeOptions shapes;
+  std::string table;       // routing table for the routed GEMM ("" = the default table)
+  std::string configs = "table";  // per backend: "table" (its best configs by the table) or "all"
+  std::string backends = "cublaslt,cutlass_sm90,skinny";
+  std::string json_path, plot_path;
+  bool main_job = false;   // the tool's main job: explain the plan instead when there is no GPU
+};
+int run_bench(const BenchOptions& opt);
+
+struct CheckOptions {
+  bool quick = false;
+};
+int run_check(const CheckOptions& opt);
+
+}  // namespace fp8route::cli

@@ -1,18 +1,37 @@
-// fp8route: the command-line tool. With no subcommand it runs the main job (for now: info).
+// fp8route: the command-line tool. With no subcommand it runs the main job: `bench` on
+// llama-3.1-8b at TP 1 over the catalog's M grid (with no GPU: the routing plan of the table).
 
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
 
+#include "commands.h"
 #include "fp8route/error.h"
 #include "fp8route/version.h"
-#include "commands.h"
+
+namespace {
+
+void add_shape_options(CLI::App* cmd, fp8route::cli::ShapeOptions& s, const char* default_model) {
+  cmd->add_option("--model", s.model, std::string("comma-separated models of the catalog, or all (default: ") +
+                                          default_model + ")");
+  cmd->add_option("--tp", s.tp, "tensor-parallel degrees, comma-separated")->capture_default_str();
+  cmd->add_option("--m", s.m, "M values, comma-separated (default: the catalog's m_grid, 1..16384)");
+  cmd->add_option("--shapes", s.shapes, "a shape file instead of models: one 'N K [label]' per line");
+  cmd->add_option("--scale", s.scale, "scale kinds, comma-separated: tensor, row, block")->capture_default_str();
+  cmd->add_option("--out", s.out, "output dtype: bf16 or f16")->capture_default_str();
+  cmd->add_option("--catalog", s.catalog, "shape catalog (default: shapes/models.json of the project)");
+  cmd->add_option("--reps", s.reps, "timed graph replays per measurement (median reported)")->capture_default_str();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace fp8route::cli;
   CLI::App app{"fp8route " FP8ROUTE_VERSION
-               ": measured routing of FP8 quantization and scaled GEMMs on NVIDIA Hopper"};
+               ": measured routing of FP8 quantization and scaled GEMMs on NVIDIA Hopper.\n"
+               "With no subcommand: bench llama-3.1-8b TP1 (routed vs each backend alone); without a GPU, the "
+               "routing plan of the shipped table."};
   app.set_version_flag("--version", FP8ROUTE_VERSION);
   app.require_subcommand(0, 1);
 
@@ -33,10 +52,44 @@ int main(int argc, char** argv) {
   explain_cmd->add_option("--tp", ex.tp, "tensor-parallel degree with --model")->capture_default_str();
   explain_cmd->add_option("--table", ex.table, "routing table (default: $FP8ROUTE_TABLE, else routes/h200.json)");
 
+  BenchOptions bench;
+  CLI::App* bench_cmd = app.add_subcommand(
+      "bench", "the routed GEMM against each backend alone, side by side (CUDA-graph replay, cold L2)");
+  add_shape_options(bench_cmd, bench.shapes, "llama-3.1-8b");
+  bench_cmd->add_option("--table", bench.table, "routing table for the routed GEMM (default: $FP8ROUTE_TABLE, else routes/h200.json)");
+  bench_cmd->add_option("--configs", bench.configs,
+                        "a backend alone at: table (its best configs by the table, + cuBLASLt's heuristic) or all "
+                        "(every config it has; slower)")->capture_default_str();
+  bench_cmd->add_option("--backend", bench.backends, "backends to compare with")->capture_default_str();
+  bench_cmd->add_option("--json", bench.json_path, "write one record per (problem, backend) and the routed one");
+  bench_cmd->add_option("--plot", bench.plot_path, "draw time against M per layer to this PNG (needs matplotlib)");
+
+  TuneOptions tune;
+  CLI::App* tune_cmd = app.add_subcommand(
+      "tune", "measure every supported backend/config on a catalog's shapes and write a routing table");
+  add_shape_options(tune_cmd, tune.shapes, "all");
+  tune.shapes.tp = "1,2,4,8";
+  tune_cmd->get_option("--tp")->default_str("1,2,4,8");
+  tune_cmd->add_option("-o,--table", tune.table_path, "routing table to write")->capture_default_str();
+  tune_cmd->add_option("--raw", tune.raw_path, "raw measurements, JSON lines, appended as problems finish "
+                                               "(default: the table's name with .raw.jsonl)");
+  tune_cmd->add_option("--backend", tune.backends, "backends to measure")->capture_default_str();
+  tune_cmd->add_flag("--fresh", tune.fresh, "start over instead of resuming from the raw file");
+
+  CheckOptions check;
+  CLI::App* check_cmd = app.add_subcommand("check", "quick correctness self-test of every backend on this GPU");
+  check_cmd->add_flag("--quick", check.quick, "fewer shapes");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand(explain_cmd)) return run_explain(ex);
-    if (app.got_subcommand(info_cmd) || app.get_subcommands().empty()) return run_info(info);
+    if (app.got_subcommand(info_cmd)) return run_info(info);
+    if (app.got_subcommand(bench_cmd)) return run_bench(bench);
+    if (app.got_subcommand(tune_cmd)) return run_tune(tune);
+    if (app.got_subcommand(check_cmd)) return run_check(check);
+    BenchOptions main_job;
+    main_job.main_job = true;
+    return run_bench(main_job);
   } catch (const fp8route::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
@@ -44,5 +97,4 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fp8route: %s\n", e.what());
     return 1;
   }
-  return 0;
 }

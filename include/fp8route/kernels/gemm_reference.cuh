@@ -28,6 +28,7 @@ struct RefGemmParams {
   int scale_kind;     // 0 tensor, 1 row, 2 block
   bool sa_vector, sb_vector;
   int sa_ld;          // block: align(M, 4)
+  int sb_ld;          // block: row stride of sb, ceil(K/128) or (padded form) align(ceil(K/128), 4)
   int bias_dtype;     // 0 none, 1 bf16, 2 f16
 };
 
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(kRefThreads) reference_gemm_kernel(RefGemmPara
           if (p.scale_kind == 2 && row_of[i] >= 0 && n0 + tx + 16 * j < p.n) {
             const int n = n0 + tx + 16 * j;
             s = p.sa[int64_t(kb) * p.sa_ld + row_of[i]] *
-                p.sb[int64_t(n / 128) * ((p.k + 127) / 128) + kb];
+                p.sb[int64_t(n / 128) * p.sb_ld + kb];
           }
           total[i][j] = fmaf(part[i][j], s, total[i][j]);
           part[i][j] = 0.f;

@@ -287,10 +287,10 @@ class CublasLtBackend final : public GemmBackend {
         return "cuBLASLt block scaling needs M and N multiples of 4 (cuBLAS docs 3.1.4.5.1), got m=" +
                std::to_string(p.m) + " n=" + std::to_string(p.n);
       const int64_t kb = (p.k + kScaleBlock - 1) / kScaleBlock;
-      if (kb % 4 != 0)
+      if (kb % 4 != 0 && !p.sb_padded)
         return "cuBLASLt BLK128x128_32F reads scale_b with a row stride of ceil(K/128) rounded up to 4 "
-               "(cuBLAS docs 3.1.4.5.1); fp8route's unpadded scale_b matches only when ceil(K/128) % 4 "
-               "== 0, got ceil(K/128)=" + std::to_string(kb);
+               "(cuBLAS docs 3.1.4.5.1); an unpadded scale_b matches only when ceil(K/128) % 4 == 0, got "
+               "ceil(K/128)=" + std::to_string(kb) + " (pass the padded form; LinearPlan prepares it)";
     }
     // Outer-vector and 128-block scaling exist on SM 9.0 only (cuBLAS docs 3.1.4); the backend is
     // built and measured for SM 9.0. No GPU here: the static rules above are all we can say.

@@ -79,6 +79,7 @@ class CutlassSm90Backend final : public GemmBackend {
     if (c.family == Family::block && p.scale != ScaleKind::block)
       return "a block_ config applies block scales only; tensor and row scales need a row_ config";
     if (std::string why = common_fast_path_reason(p); !why.empty()) return why;
+    if (std::string why = unpadded_scale_b_reason(p); !why.empty()) return "CUTLASS blockwise " + why;
     if (p.k % 16 != 0)
       return "needs K % 16 == 0 (TMA loads 16-byte units of a's and b's rows), got K=" + std::to_string(p.k);
     if (p.n % 8 != 0)

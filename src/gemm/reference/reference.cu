@@ -28,6 +28,8 @@ kernels::RefGemmParams params(const GemmProblem& p, const GemmOperands& ops) {
   k.sa_vector = p.sa_vector;
   k.sb_vector = p.sb_vector;
   k.sa_ld = static_cast<int>((p.m + 3) / 4 * 4);
+  const int kb = static_cast<int>((p.k + 127) / 128);
+  k.sb_ld = p.sb_padded ? (kb + 3) / 4 * 4 : kb;
   k.bias_dtype = ops.bias == nullptr ? 0 : p.out == DType::bf16 ? 1 : 2;
   return k;
 }

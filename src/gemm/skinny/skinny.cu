@@ -124,6 +124,7 @@ class SkinnyBackend final : public GemmBackend {
       return "config " + configs()[config] + " runs M <= " + std::to_string(8 * c.token_tiles) +
              " (tokens per block), got M=" + std::to_string(p.m);
     if (std::string why = common_fast_path_reason(p); !why.empty()) return why;
+    if (std::string why = unpadded_scale_b_reason(p); !why.empty()) return "skinny " + why;
     if (p.k % 16 != 0)
       return "needs K % 16 == 0 (16-byte loads of a's and b's rows), got K=" + std::to_string(p.k);
     if (p.n > std::numeric_limits<int32_t>::max() - 128)

@@ -1,0 +1,98 @@
+#pragma once
+// LinearPlan (DESIGN.md, Routing): one per FP8 linear layer, made once at load time from the
+// weight, its scales and how the activations will be scaled. It decides which backends can ever
+// run the layer, prepares the scale forms those backends need (so no call broadcasts or pads
+// anything), and keeps the routing table's slice for its (N, K). A call only looks M up.
+//
+// | act scale | weight_scale                          | GEMM run                  | prepared at load           |
+// | tensor    | one element                           | tensor                    | -                          |
+// | tensor    | [N] per channel                       | row, scalar x vector      | - (cuBLASLt cannot run it) |
+// | row       | [N] per channel                       | row, vector x vector      | -                          |
+// | row       | one element (per-tensor checkpoint)   | row, vector x vector      | weight scale as an [N] vector |
+// | block     | [ceil(N/128), ceil(K/128)] 128x128    | block                     | rows padded to 4 for cuBLASLt, when ceil(K/128) % 4 != 0 |
+//
+// The decision for M (route(m)) and the operands run(...) passes are one decision: run() takes
+// the route of its M, passes the scale form that route's backend reads, and checks that the
+// problem it runs is the one the route was chosen for.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fp8route/buffer.h"
+#include "fp8route/gemm.h"
+#include "fp8route/route.h"
+#include "fp8route/tensor.h"
+
+namespace fp8route {
+
+// What a layer looks like to the router, without its device memory: the CPU-side half of a
+// LinearPlan (tests check it against the full router on a machine without a GPU).
+struct LinearLayout {
+  int64_t n = 0, k = 0;
+  ScaleKind act = ScaleKind::row;  // how activations are scaled
+  ScaleKind gemm = ScaleKind::row; // the scale kind of the GEMM that runs
+  DType out = DType::bf16;
+  bool bias = false;
+  bool weight_scale_vector = false;  // row/tensor: weight scale per channel
+  bool expand_weight_scale = false;  // a scalar weight scale is broadcast to [N] at load
+  bool pad_weight_scale = false;     // block: a padded copy is made for cuBLASLt
+  std::vector<std::string> backends; // those that can run the layer for some M
+  std::string excluded;              // "backend: reason; ..." for the others
+
+  // The problem a call with m rows and alignment `align` runs on `backend` (scale form included).
+  GemmProblem problem(int64_t m, int align, const std::string& backend) const;
+};
+
+// The layout of a layer (which backends, which forms), from shapes alone. `supports` answers for
+// this GPU (gemm_supports by default).
+LinearLayout plan_linear_layout(int64_t n, int64_t k, ScaleKind act, int64_t weight_scale_numel,
+                                DType out, bool bias, const SupportsFn& supports = gemm_supports);
+
+// A router over the entries of `full` that route (layout's GEMM kind, out, N, K) for any M (the
+// exact entry, or every entry the nearest-entry rule can consult), restricted to the layout's
+// backends and the scale form each reads. For every M its select() equals full's select() of the
+// same problem under the same restriction (tested).
+Router plan_router(const Router& full, const LinearLayout& layout, SupportsFn supports = gemm_supports);
+
+class LinearPlan {
+ public:
+  // weight: e4m3 [N, K]; weight_scale: f32 as in the table above; bias: optional [N] in out's
+  // dtype. They stay owned by the caller and must outlive the plan. router: default_router() when
+  // null. Load-time work (a copy of a scale) is done on `stream` and waited for. Throws
+  // Error(invalid_argument) naming the argument when something does not fit.
+  LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act, DType out,
+             TensorView bias = {}, std::shared_ptr<const Router> router = nullptr,
+             cudaStream_t stream = nullptr);
+
+  // out[M, N] = a[M, K] @ weight^T, scaled (+ bias). a: e4m3 [M, K]; a_scale f32: tensor: one
+  // element; row: [M] (or one element); block: [ceil(K/128), align(M, 4)] M-major (what
+  // col_major_tma group quant writes). out: out dtype [M, N]. Enqueued on `stream`; graph-capturable
+  // after the first call of a given M on the stream (see scaled_mm).
+  void run(TensorView a, TensorView a_scale, TensorView out, cudaStream_t stream) const;
+
+  // The route run() takes for M rows (16-byte aligned operands; `align` otherwise).
+  Route route(int64_t m, int align = 16) const;
+  // The layout, the table slice, and router.explain() of the problem for M.
+  std::string explain(int64_t m) const;
+
+  const LinearLayout& layout() const { return layout_; }
+  const Router& router() const { return *router_; }
+
+ private:
+  struct Decided;
+  const Decided& decide(int64_t m, int align) const;
+
+  TensorView weight_, weight_scale_, bias_;
+  LinearLayout layout_;
+  DeviceBuffer prepared_scale_;  // the expanded or padded weight scale, when the layout needs one
+  TensorView prepared_scale_view_;
+  std::shared_ptr<const Router> router_;
+  struct Cache;
+  std::shared_ptr<Cache> cache_;
+};
+
+}  // namespace fp8route

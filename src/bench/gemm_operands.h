@@ -1,0 +1,41 @@
+#pragma once
+// Device operands for timing and checking scaled GEMMs (gemm_bench, fp8route tune/bench/check):
+// `sets` independent copies of a problem's a, b and out (rotated through so the weights come from
+// HBM, measure.h), random E4M3 codes over the whole range, positive scales, optional bias.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/measure.h"
+#include "fp8route/buffer.h"
+#include "fp8route/gemm.h"
+
+namespace fp8route::bench {
+
+struct GemmOperandSets {
+  std::vector<DeviceBuffer> a, b, out;
+  DeviceBuffer sa, sb, bias;  // small, shared by every set
+  std::vector<ScaledMmArgs> args;
+};
+
+// exact: small integers and power-of-two scales, so that every backend's result is exact.
+GemmOperandSets make_gemm_operands(const GemmProblem& p, int sets, uint64_t seed, bool exact = false);
+
+// Bytes one call reads and writes (a, b, out), for rotation_sets().
+int64_t gemm_call_bytes(const GemmProblem& p);
+
+// Times backend/config on the sets; an empty backend times the routed entry point scaled_mm(args).
+Measurement measure_gemm(const GemmOperandSets& o, const std::string& backend, const std::string& config,
+                         const MeasureOptions& opt = {});
+
+// The weight-read floor: a kernel that only reads `bytes` from p (L1 bypassed, every SM).
+void enqueue_read_floor(const void* p, int64_t bytes, cudaStream_t stream);
+Measurement measure_read_floor(const GemmOperandSets& o, const MeasureOptions& opt = {});
+
+inline double tflops(const GemmProblem& p, double us) { return 2.0 * p.m * p.n * p.k / (us * 1e-6) / 1e12; }
+inline double weight_gbps(const GemmProblem& p, double us) { return double(p.n) * p.k / (us * 1e-6) / 1e9; }
+
+}  // namespace fp8route::bench
