@@ -92,6 +92,19 @@ Measurement measure_gemm(const GemmOperandSets& o, const std::string& backend, c
                  static_cast<int>(o.args.size()), opt);
 }
 
+std::vector<Measurement> measure_gemms(const GemmOperandSets& o,
+                                       const std::vector<std::pair<std::string, std::string>>& choices,
+                                       const MeasureOptions& opt) {
+  std::vector<Enqueue> ops;
+  for (const auto& [backend, config] : choices) {
+    if (backend.empty())
+      ops.push_back([&o](int set, cudaStream_t s) { scaled_mm(o.args[set], s); });
+    else
+      ops.push_back([&o, b = backend, c = config](int set, cudaStream_t s) { scaled_mm(o.args[set], b, c, s); });
+  }
+  return measure_interleaved(ops, static_cast<int>(o.args.size()), opt);
+}
+
 void enqueue_read_floor(const void* p, int64_t bytes, cudaStream_t stream) {
   static DeviceBuffer sink(sizeof(unsigned));
   read_floor_kernel<<<4 * device_info(-1).sm_count, 512, 0, stream>>>(static_cast<const uint4*>(p), bytes / 16,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/measure.h"
@@ -30,6 +31,12 @@ int64_t gemm_call_bytes(const GemmProblem& p);
 // Times backend/config on the sets; an empty backend times the routed entry point scaled_mm(args).
 Measurement measure_gemm(const GemmOperandSets& o, const std::string& backend, const std::string& config,
                          const MeasureOptions& opt = {});
+
+// Several (backend, config) side by side on the same sets, interleaved (measure_interleaved); an
+// empty backend is the routed entry point. A choice that fails gets Measurement::error.
+std::vector<Measurement> measure_gemms(const GemmOperandSets& o,
+                                       const std::vector<std::pair<std::string, std::string>>& choices,
+                                       const MeasureOptions& opt = {});
 
 // The weight-read floor: a kernel that only reads `bytes` from p (L1 bypassed, every SM).
 void enqueue_read_floor(const void* p, int64_t bytes, cudaStream_t stream);

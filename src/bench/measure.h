@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace fp8route::bench {
 
@@ -25,13 +27,23 @@ struct Measurement {
   double median_us = 0, min_us = 0, max_us = 0;  // per call
   int sets = 0, reps = 0;
   bool graph = true;
+  std::string error;  // measure_interleaved: why this op could not be run (then not timed)
 };
+
+using Enqueue = std::function<void(int set, cudaStream_t)>;
 
 // How many rotation sets a call touching `bytes_per_call` bytes of input needs.
 int rotation_sets(int64_t bytes_per_call, const MeasureOptions& opt = {});
 
 // Times enqueue(set, stream) for set = 0..sets-1, per the method above.
-Measurement measure(const std::function<void(int set, cudaStream_t)>& enqueue, int sets,
-                    const MeasureOptions& opt = {});
+// Throws what the op throws.
+Measurement measure(const Enqueue& enqueue, int sets, const MeasureOptions& opt = {});
+
+// Several ops timed side by side: each captured once, then warm-ups and timed replays in round
+// robin (replay r of every op before replay r + 1 of any), so clock drift during the run shifts
+// every op alike and their ratios hold. An op that throws while being set up gets its error in
+// Measurement::error and is not timed.
+std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, int sets,
+                                             const MeasureOptions& opt = {});
 
 }  // namespace fp8route::bench

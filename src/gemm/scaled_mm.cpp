@@ -128,9 +128,9 @@ GemmProblem check_scaled_mm(const ScaledMmArgs& args) {
       detail::check_dtype(args.scale_b, "scale_b", {DType::f32});
       // Unpadded (contiguous), or rows padded to 4 floats: the form cuBLASLt reads (gemm.h).
       const int64_t padded_ld = (kb + 3) / 4 * 4;
-      p.sb_padded = kb % 4 != 0 && args.scale_b.ndim == 2 && args.scale_b.shape[0] == sb_shape[0] &&
-                    args.scale_b.shape[1] == kb && args.scale_b.strides[1] == 1 &&
-                    (args.scale_b.strides[0] == padded_ld || sb_shape[0] == 1);
+      // With one row of blocks (N <= 128) the row stride is never used: both forms, unpadded.
+      p.sb_padded = kb % 4 != 0 && sb_shape[0] > 1 && args.scale_b.ndim == 2 && args.scale_b.shape[0] == sb_shape[0] &&
+                    args.scale_b.shape[1] == kb && args.scale_b.strides[1] == 1 && args.scale_b.strides[0] == padded_ld;
       if (!p.sb_padded)
         detail::check_contiguous_shape(args.scale_b, "scale_b (block: [ceil(N/128), ceil(K/128)], "
                                        "contiguous or with rows padded to a multiple of 4)", sb_shape, 2);

@@ -74,7 +74,8 @@ LinearLayout plan_linear_layout(int64_t n, int64_t k, ScaleKind act, int64_t wei
   }
   // Which backends can run the layer for some M, with the scale forms prepared for them.
   for (const std::string& b : gemm_backends()) {
-    if (b == "cublaslt" && l.gemm == ScaleKind::block && kb % 4 != 0) l.pad_weight_scale = true;
+    // One row of blocks (N <= 128) reads no row stride: the unpadded form serves cuBLASLt too.
+    if (b == "cublaslt" && l.gemm == ScaleKind::block && kb % 4 != 0 && n > kScaleBlock) l.pad_weight_scale = true;
     std::string first_reason;
     bool any = false;
     for (int64_t m : kProbeM) {

@@ -40,7 +40,6 @@ struct Result {
   GemmProblem p;
   Timed routed;
   std::map<std::string, Timed> alone;  // per backend, its fastest config
-  int remeasured = 0;                  // close calls timed again (both sides)
 };
 
 const char* band_of(int64_t m) { return m <= 16 ? "decode (M<=16)" : m < 1024 ? "middle (17-1023)" : "prefill (>=1024)"; }
@@ -181,7 +180,8 @@ int run_bench(const BenchOptions& opt) {
   const size_t total = w.layers.size() * w.m_grid.size() * w.scales.size();
   std::printf("fp8route bench on %s (%d SMs): %s, %zu layers x %zu M x %zu scale kinds = %zu problems, %s out\n"
               "routed = scaled_mm() through the table (%s, %s); each backend alone at its best %s\n"
-              "method: CUDA-graph replay, weights rotated through >= 3x L2, median of %d replays\n\n",
+              "method: CUDA-graph replay, weights rotated through >= 3x L2, median of %d replays, all of a "
+              "problem interleaved\n\n",
               dev.name.c_str(), dev.sm_count, w.what.c_str(), w.layers.size(), w.m_grid.size(), w.scales.size(), total,
               std::string(dtype_name(w.out)).c_str(), router->table().stamp.gpu.c_str(), router->table().stamp.date.c_str(),
               opt.configs == "all" ? "config (every config timed)" : "configs by the table (+ cuBLASLt's heuristic)",
@@ -202,28 +202,24 @@ int run_bench(const BenchOptions& opt) {
         const GemmProblem p = make_problem(m, l.n, l.k, sk, w.out);
         const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), mo);
         const bench::GemmOperandSets ops = bench::make_gemm_operands(p, sets, 0xBE7Cull * (done + 1));
-        Result r{l, p, {}, {}, 0};
+        Result r{l, p, {}, {}};
         const Route route = router->select(p);
-        r.routed = {route.backend, route.config, bench::measure_gemm(ops, "", "", mo).median_us};
+        // The routed entry point and every candidate config side by side, replays interleaved
+        // (measure.h): the H200's clocks drift by ~10% within seconds under load, and the same
+        // kernel timed first in a slow phase would otherwise look 10% slower than itself.
+        std::vector<std::pair<std::string, std::string>> choices = {{"", ""}};
         for (const std::string& b : backends)
-          for (const std::string& c : configs_for(b, p, *router, opt.configs == "all")) {
-            const double us = bench::measure_gemm(ops, b, c, mo).median_us;
-            if (!r.alone.count(b) || us < r.alone[b].us) r.alone[b] = {b, c, us};
+          for (const std::string& c : configs_for(b, p, *router, opt.configs == "all")) choices.emplace_back(b, c);
+        const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
+        FP8ROUTE_CHECK_CAT(ms[0].error.empty(), ErrorCategory::cuda_error, "routed " << to_string(p) << ": " << ms[0].error);
+        r.routed = {route.backend, route.config, ms[0].median_us};
+        for (size_t i = 1; i < choices.size(); ++i) {
+          const auto& [b, c] = choices[i];
+          if (!ms[i].error.empty()) {
+            std::printf("  %s/%s failed on %s: %s\n", b.c_str(), c.c_str(), to_string(p).c_str(), ms[i].error.c_str());
+            continue;
           }
-        // A close call is timed again, both sides alternately, keeping each side's fastest median:
-        // sequential timings drift by a few percent (clocks, temperature), and the same kernel must
-        // not look 2% slower than itself.
-        auto best_alone = [&]() -> Timed* {
-          Timed* best = nullptr;
-          for (auto& [b, t] : r.alone)
-            if (!best || t.us < best->us) best = &t;
-          return best;
-        };
-        for (int again = 0; again < 2 && best_alone() && r.routed.us > 1.01 * best_alone()->us; ++again) {
-          Timed* best = best_alone();
-          best->us = std::min(best->us, bench::measure_gemm(ops, best->backend, best->config, mo).median_us);
-          r.routed.us = std::min(r.routed.us, bench::measure_gemm(ops, "", "", mo).median_us);
-          ++r.remeasured;
+          if (!r.alone.count(b) || ms[i].median_us < r.alone[b].us) r.alone[b] = {b, c, ms[i].median_us};
         }
         ++done;
         std::printf("%-30s %-7s %6lld %10.2f  %-40s", "", std::string(name(sk)).c_str(), (long long)m, r.routed.us,

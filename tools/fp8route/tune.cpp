@@ -1,6 +1,6 @@
 // fp8route tune: measure every supported (backend, config) on every problem of a workload with
-// the one method of src/bench/measure.h, append each problem's measurements to a raw file as it
-// finishes (so an interrupted run resumes where it stopped), and write the routing table built
+// the one method of src/bench/measure.h (all configs of a problem interleaved), append each
+// problem's measurements to a raw file as it finishes (so an interrupted run resumes where it stopped), and write the routing table built
 // from them, stamped with this machine.
 //
 // Raw file: JSON lines. A measurement: {"scale","out","n","k","m","backend","config","us","min_us",
@@ -55,6 +55,7 @@ RawState read_raw(const std::string& path) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
+      if (j.contains("stamp")) continue;  // the machine the file was started on
       const ProblemKey key{j.at("scale").get<std::string>(), j.at("out").get<std::string>(), j.at("n").get<int64_t>(),
                            j.at("k").get<int64_t>(), j.at("m").get<int64_t>()};
       if (j.value("done", false)) {
@@ -95,6 +96,12 @@ int run_tune(const TuneOptions& opt) {
   FP8ROUTE_CHECK_CAT(out.good(), ErrorCategory::io_error, raw << ": cannot open the raw measurement file");
   // A torn last line gets a newline so the next record starts on its own line.
   if (st.torn) out << "\n";
+  if (opt.fresh || (st.done.empty() && st.records.empty())) {
+    const TableStamp s = stamp_this_machine();
+    out << nlohmann::json{{"stamp", {{"gpu", s.gpu}, {"sm_count", s.sm_count}, {"cuda", s.cuda}, {"cublaslt", s.cublaslt},
+                                     {"fp8route", s.fp8route}, {"date", s.date}}}}.dump()
+        << "\n";
+  }
 
   const size_t total = w.layers.size() * w.m_grid.size() * w.scales.size();
   const DeviceInfo& dev = device_info(0);
@@ -116,28 +123,32 @@ int run_tune(const TuneOptions& opt) {
         if (st.done.count(key)) continue;
         const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), mo);
         const bench::GemmOperandSets ops = bench::make_gemm_operands(p, sets, 0x7E57ull * seen);
+        std::vector<std::pair<std::string, std::string>> choices;
+        for (const std::string& b : backends)
+          for (const std::string& c : gemm_configs(b))
+            if (gemm_supports(b, c, p).empty()) choices.emplace_back(b, c);
+        // Every config of the problem side by side, replays interleaved (measure.h): clock drift
+        // during the run moves them alike instead of favouring whichever ran in a fast phase.
+        const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
         double best = 0;
         std::string best_name;
         int timed = 0;
-        for (const std::string& b : backends)
-          for (const std::string& c : gemm_configs(b)) {
-            if (!gemm_supports(b, c, p).empty()) continue;
-            bench::Measurement r;
-            try {
-              r = bench::measure_gemm(ops, b, c, mo);
-            } catch (const Error& e) {
-              std::printf("  %s/%s failed on %s: %s\n", b.c_str(), c.c_str(), to_string(p).c_str(), e.what());
-              ++failures;
-              continue;
-            }
-            out << nlohmann::json{{"scale", std::get<0>(key)}, {"out", std::get<1>(key)}, {"n", p.n}, {"k", p.k},
-                                  {"m", p.m}, {"backend", b}, {"config", c}, {"us", r.median_us},
-                                  {"min_us", r.min_us}, {"max_us", r.max_us}}.dump()
-                << "\n";
-            st.records.push_back({p.scale, p.out, p.n, p.k, p.m, b, c, r.median_us});
-            ++timed;
-            if (best_name.empty() || r.median_us < best) best = r.median_us, best_name = b + "/" + c;
+        for (size_t i = 0; i < choices.size(); ++i) {
+          const auto& [b, c] = choices[i];
+          const bench::Measurement& r = ms[i];
+          if (!r.error.empty()) {
+            std::printf("  %s/%s failed on %s: %s\n", b.c_str(), c.c_str(), to_string(p).c_str(), r.error.c_str());
+            ++failures;
+            continue;
           }
+          out << nlohmann::json{{"scale", std::get<0>(key)}, {"out", std::get<1>(key)}, {"n", p.n}, {"k", p.k},
+                                {"m", p.m}, {"backend", b}, {"config", c}, {"us", r.median_us},
+                                {"min_us", r.min_us}, {"max_us", r.max_us}}.dump()
+              << "\n";
+          st.records.push_back({p.scale, p.out, p.n, p.k, p.m, b, c, r.median_us});
+          ++timed;
+          if (best_name.empty() || r.median_us < best) best = r.median_us, best_name = b + "/" + c;
+        }
         out << nlohmann::json{{"done", true}, {"scale", std::get<0>(key)}, {"out", std::get<1>(key)}, {"n", p.n},
                               {"k", p.k}, {"m", p.m}}.dump()
             << "\n";

@@ -287,7 +287,7 @@ class CublasLtBackend final : public GemmBackend {
         return "cuBLASLt block scaling needs M and N multiples of 4 (cuBLAS docs 3.1.4.5.1), got m=" +
                std::to_string(p.m) + " n=" + std::to_string(p.n);
       const int64_t kb = (p.k + kScaleBlock - 1) / kScaleBlock;
-      if (kb % 4 != 0 && !p.sb_padded)
+      if (kb % 4 != 0 && !p.sb_padded && p.n > kScaleBlock)  // one row of blocks: no stride read
         return "cuBLASLt BLK128x128_32F reads scale_b with a row stride of ceil(K/128) rounded up to 4 "
                "(cuBLAS docs 3.1.4.5.1); an unpadded scale_b matches only when ceil(K/128) % 4 == 0, got "
                "ceil(K/128)=" + std::to_string(kb) + " (pass the padded form; LinearPlan prepares it)";
