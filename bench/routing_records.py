@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Compact gemm_bench results into the records a routing table is built from.
+"""Compact benchmark results into the records a routing table is built from.
 
   python3 bench/routing_records.py -o routes/h200-measurements.json \
-      bench/results/2026-11-30-gemm-h200/gemm_tp1.json.gz bench/results/2026-11-30-gemm-h200/gemm_tp8.json.gz \
-      bench/results/2026-11-30-decode-h200/decode_*.json
+      bench/results/2026-11-30-tune-h200/tune_tp1_tp8.raw.jsonl.gz \
+      --older bench/results/2026-11-30-decode-h200/decode_*.json
+
+Inputs: `fp8route tune` raw files (JSON lines, .raw.jsonl[.gz]) or gemm_bench JSON arrays (.json[.gz]).
+--older inputs fill in only problems (scale, out, n, k, m) that no main input measured: a problem's
+candidates must all come from one run, since timings of separate runs differ by a few percent.
 
 Output: [[scale, out, n, k, m, backend, config, us], ...], sorted. "floor" (a roofline, not a kernel)
 and "reference" (never a routing choice) are dropped; a point measured in several files (tp1 and
@@ -15,25 +19,37 @@ import argparse, gzip, json
 
 def load(path):
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        if ".jsonl" in path:  # tune raw file: skip the stamp and the per-problem "done" lines
+            return [r for r in map(json.loads, filter(str.strip, f)) if "backend" in r]
         return json.load(f)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("inputs", nargs="+")
-    ap.add_argument("-o", "--output", required=True)
-    args = ap.parse_args()
+def records(paths):
     best = {}
-    for path in args.inputs:
+    for path in paths:
         for r in load(path):
             if r["backend"] in ("floor", "reference") or r.get("bias"):
                 continue
             key = (r["scale"], r["out"], r["n"], r["k"], r["m"], r["backend"], r["config"])
             best[key] = min(best.get(key, float("inf")), r["us"])
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="+")
+    ap.add_argument("--older", nargs="*", default=[], help="fill in problems the inputs did not measure")
+    ap.add_argument("-o", "--output", required=True)
+    args = ap.parse_args()
+    best = records(args.inputs)
+    problems = {key[:5] for key in best}
+    older = {key: us for key, us in records(args.older).items() if key[:5] not in problems}
+    best.update(older)
     rows = [[*key, round(us, 4)] for key, us in sorted(best.items())]
     with open(args.output, "w") as f:
         f.write("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n")
-    print(f"{args.output}: {len(rows)} records from {len(args.inputs)} files")
+    print(f"{args.output}: {len(rows)} records ({len(older)} from --older, "
+          f"{len({k[:5] for k in older})} problems) from {len(args.inputs) + len(args.older)} files")
 
 
 if __name__ == "__main__":

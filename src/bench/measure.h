@@ -21,6 +21,7 @@ struct MeasureOptions {
                            // then partly come from L2 (as activations written by the previous
                            // layer do in a real model)
   bool graph = true;       // false: time plain launches (for ops that cannot be captured)
+  bool flush_l2 = true;    // read 2x L2 of another buffer (untimed) before each timed replay
 };
 
 struct Measurement {

@@ -1,6 +1,8 @@
 #include "bench/measure.h"
 
 #include <algorithm>
+#include <numeric>
+#include <random>
 #include <cmath>
 #include <vector>
 
@@ -9,6 +11,36 @@
 #include "fp8route/error.h"
 
 namespace fp8route::bench {
+
+namespace {
+
+// Reads n16 16-byte units, so that the L2 then holds only clean lines of this buffer. Stored only
+// when the folded value is one no data makes likely, so the loads stay.
+__global__ void l2_flush_kernel(const uint4* p, int64_t n16, unsigned* sink) {
+  unsigned x = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n16; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 v = p[i];
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x9E3779B9u) *sink = x;
+}
+
+// Untimed, before every timed replay of measure_interleaved: the previous op's dirty lines (its
+// output, a split-K workspace) are written back here, not during the next op's timing.
+void flush_l2(cudaStream_t stream) {
+  static const int64_t bytes = 2 * static_cast<int64_t>(device_info(-1).l2_bytes) / 16 * 16;
+  static void* buf = [] {
+    void* p = nullptr;
+    FP8ROUTE_CUDA_CHECK(cudaMalloc(&p, bytes + 16));
+    FP8ROUTE_CUDA_CHECK(cudaMemset(p, 0, bytes + 16));
+    return p;
+  }();
+  l2_flush_kernel<<<2 * device_info(-1).sm_count, 1024, 0, stream>>>(
+      static_cast<const uint4*>(buf), bytes / 16, reinterpret_cast<unsigned*>(static_cast<char*>(buf) + bytes));
+  FP8ROUTE_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
 
 int rotation_sets(int64_t bytes_per_call, const MeasureOptions& opt) {
   const double l2 = static_cast<double>(device_info(-1).l2_bytes);
@@ -61,17 +93,26 @@ std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, in
   for (int w = 0; w < opt.warmup; ++w)
     for (size_t o = 0; o < n; ++o)
       if (live[o]) run_once(o);
-  // Round robin: replay r of every op before replay r + 1 of any, so that a drift of the clocks
-  // during the run (the H200 moves by ~10% within seconds under sustained load) shifts every op alike.
+  // Rounds: replay r of every op before replay r + 1 of any, so that a drift of the clocks during
+  // the run (the H200 moves by ~10% within seconds under sustained load) shifts every op alike. The
+  // order within a round is shuffled and the L2 flushed (untimed) before each replay, so no op
+  // always follows the same neighbour and pays for its dirty lines (a fixed order made the first op
+  // 2-4% slower at M = 32-64, after split-K configs that write a workspace).
   std::vector<cudaEvent_t> ev(2 * opt.reps * n);
   for (auto& e : ev) FP8ROUTE_CUDA_CHECK(cudaEventCreate(&e));
-  for (int r = 0; r < opt.reps; ++r)
-    for (size_t o = 0; o < n; ++o) {
+  std::mt19937 rng(12345);
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  for (int r = 0; r < opt.reps; ++r) {
+    if (n > 1) std::shuffle(order.begin(), order.end(), rng);
+    for (size_t o : order) {
       if (!live[o]) continue;
+      if (opt.flush_l2) flush_l2(stream);
       FP8ROUTE_CUDA_CHECK(cudaEventRecord(ev[2 * (r * n + o)], stream));
       run_once(o);
       FP8ROUTE_CUDA_CHECK(cudaEventRecord(ev[2 * (r * n + o) + 1], stream));
     }
+  }
   FP8ROUTE_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (size_t o = 0; o < n; ++o) {
     if (!live[o]) continue;
