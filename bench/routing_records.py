@@ -2,12 +2,14 @@
 """Compact benchmark results into the records a routing table is built from.
 
   python3 bench/routing_records.py -o routes/h200-measurements.json \
-      bench/results/2026-11-30-tune-h200/tune_tp1_tp8.raw.jsonl.gz \
+      bench/results/2026-11-30-tune-h200/tune_tp8_flush.raw.jsonl.gz \
+      --older bench/results/2026-11-30-tune-h200/tune_tp1_tp8.raw.jsonl.gz \
       --older bench/results/2026-11-30-decode-h200/decode_*.json
 
 Inputs: `fp8route tune` raw files (JSON lines, .raw.jsonl[.gz]) or gemm_bench JSON arrays (.json[.gz]).
---older inputs fill in only problems (scale, out, n, k, m) that no main input measured: a problem's
-candidates must all come from one run, since timings of separate runs differ by a few percent.
+Each --older group fills in only problems (scale, out, n, k, m) that neither the inputs nor an earlier
+--older group measured: a problem's candidates must all come from one run, since timings of separate
+runs differ by a few percent.
 
 Output: [[scale, out, n, k, m, backend, config, us], ...], sorted. "floor" (a roofline, not a kernel)
 and "reference" (never a routing choice) are dropped; a point measured in several files (tp1 and
@@ -38,18 +40,22 @@ def records(paths):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+")
-    ap.add_argument("--older", nargs="*", default=[], help="fill in problems the inputs did not measure")
+    ap.add_argument("--older", nargs="+", action="append", default=[],
+                    help="a group of files filling in problems nothing before it measured (repeatable)")
     ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args()
     best = records(args.inputs)
-    problems = {key[:5] for key in best}
-    older = {key: us for key, us in records(args.older).items() if key[:5] not in problems}
-    best.update(older)
+    older = {}
+    for group in args.older:
+        problems = {key[:5] for key in best}
+        fill = {key: us for key, us in records(group).items() if key[:5] not in problems}
+        older.update(fill)
+        best.update(fill)
     rows = [[*key, round(us, 4)] for key, us in sorted(best.items())]
     with open(args.output, "w") as f:
         f.write("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n")
     print(f"{args.output}: {len(rows)} records ({len(older)} from --older, "
-          f"{len({k[:5] for k in older})} problems) from {len(args.inputs) + len(args.older)} files")
+          f"{len({k[:5] for k in older})} problems) from {len(args.inputs) + sum(map(len, args.older))} files")
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ TEST(Route, EveryMeasuredPointWithin3PercentOfBest) {
 // routes by the nearest entry.
 struct HeldOut {
   std::string model;
-  size_t points = 0;
+  size_t points = 0, over_20 = 0;
   double geomean = 1, worst = 1;
   std::string worst_at;
 };
@@ -146,12 +146,13 @@ std::vector<HeldOut> held_out_figures() {
       if (it == times.end()) continue;
       const double ratio = it->second / best_of(times);
       log_sum += std::log(ratio), ++h.points;
+      h.over_20 += ratio > 1.2;
       if (ratio > h.worst) h.worst = ratio, h.worst_at = to_string(p) + " -> " + r.backend + "/" + r.config;
     }
     EXPECT_GT(h.points, 0u) << model;
     h.geomean = std::exp(log_sum / double(std::max<size_t>(h.points, 1)));
-    std::printf("held out %-16s %5zu points: geomean loss %5.2f%%, worst %6.2f%% at %s\n", model.c_str(),
-                h.points, 100 * (h.geomean - 1), 100 * (h.worst - 1), h.worst_at.c_str());
+    std::printf("held out %-16s %5zu points: geomean loss %5.2f%%, %3zu points lose > 20%%, worst %6.2f%% at %s\n",
+                model.c_str(), h.points, 100 * (h.geomean - 1), h.over_20, 100 * (h.worst - 1), h.worst_at.c_str());
     out.push_back(h);
   }
   return out;
@@ -162,8 +163,8 @@ TEST(Route, HeldOutModelGeomeanLossWithin5Percent) {
 }
 
 // The issue's second held-out bound is NOT met yet: on the 2026-11-30 H200 data the worst point
-// per held-out model loses 38-75% (row and block scales at M = 32-512, where neighbouring shapes prefer
-// different CUTLASS configs). Disabled so CI stays green while the router issue is open; run it
+// per held-out model loses 38-75% (61 of 1929 points lose more than 20%; row and block scales at
+// M = 32-512, where neighbouring shapes prefer different CUTLASS tiles and stream-K or not). Disabled so CI stays green while the router issue is open; run it
 // with --gtest_also_run_disabled_tests.
 TEST(Route, DISABLED_HeldOutModelWorstPointWithin20Percent) {
   for (const HeldOut& h : held_out_figures()) EXPECT_LE(h.worst, 1.20) << h.model << ": " << h.worst_at;

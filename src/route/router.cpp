@@ -143,7 +143,12 @@ std::vector<std::pair<std::string, std::string>> Router::blend_nearest(const Gem
   std::map<std::pair<std::string, std::string>, std::vector<double>> rel;
   for (const TableEntry* e : near) {
     const std::vector<const Measured*> ranked = ranked_at(*e, nearest_measured_m(*e, p.m));
-    for (const Measured* r : ranked) rel[{r->backend, r->config}].push_back(r->us / ranked[0]->us);
+    for (const Measured* r : ranked) {
+      // cuBLASLt's "heuristicN" is the N-th algorithm its heuristic ranks for that shape: another
+      // algorithm on another shape. Only its own first choice ("heuristic") carries over.
+      if (r->backend == "cublaslt" && r->config != "heuristic") continue;
+      rel[{r->backend, r->config}].push_back(r->us / ranked[0]->us);
+    }
   }
   std::vector<std::pair<double, std::pair<std::string, std::string>>> scored;
   for (auto& [c, v] : rel) {

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "fp8route/device.h"
+#include "fp8route/route.h"
 #include "fp8route/status.h"
 
 namespace fp8route::cli {
@@ -16,6 +17,15 @@ int run_info(const InfoOptions& opt) {
   const LibraryVersions v = library_versions();
   const int n = cuda_device_count();
   const std::vector<ComponentStatus> components = component_status(n > 0 ? 0 : -1);
+  // The routing table scaled_mm() uses (default_router()).
+  const std::shared_ptr<const Router> router = default_router();
+  const TableStamp& ts = router->table().stamp;
+  const std::string table_line =
+      router->load_error().empty()
+          ? default_table_path() + ": " + std::to_string(router->table().entries.size()) + " entries, measured on " +
+                ts.gpu + " (" + std::to_string(ts.sm_count) + " SMs, CUDA " + ts.cuda + ", cuBLASLt " + ts.cublaslt +
+                ") on " + ts.date
+          : "not loaded (" + router->load_error() + "): routing by the heuristic rules";
 
   if (opt.json) {
     nlohmann::json j;
@@ -31,6 +41,7 @@ int run_info(const InfoOptions& opt) {
                               {"memory_bytes", di.global_mem_bytes}});
     }
     if (n == 0) j["no_gpu_reason"] = cuda_unavailable_reason();
+    j["routing_table"] = table_line;
     j["components"] = nlohmann::json::array();
     for (const auto& c : components)
       j["components"].push_back({{"name", c.name}, {"usable", c.usable}, {"reason", c.reason}});
@@ -49,6 +60,7 @@ int run_info(const InfoOptions& opt) {
     std::printf("GPU %d: %s, SM %d.%d, %d SMs, L2 %.1f MB, memory %.1f GB\n", d, di.name.c_str(),
                 di.sm_major, di.sm_minor, di.sm_count, di.l2_bytes / 1e6, di.global_mem_bytes / 1e9);
   }
+  std::printf("routing table: %s\n", table_line.c_str());
   std::printf("\n%-28s %-8s %s\n", "component", "usable", "why");
   for (const auto& c : components)
     std::printf("%-28s %-8s %s\n", c.name.c_str(), c.usable ? "yes" : "no", c.reason.c_str());
