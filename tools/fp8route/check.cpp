@@ -79,7 +79,7 @@ struct Tally {
 }  // namespace
 
 int run_check(const CheckOptions& opt) {
-  FP8ROUTE_CHECK(cuda_device_count() > 0, "check needs a GPU: " << cuda_unavailable_reason());
+  FP8ROUTE_CHECK_CAT(cuda_device_count() > 0, ErrorCategory::unsupported, "check needs a GPU: " << cuda_unavailable_reason());
   const DeviceInfo& dev = device_info(0);
   std::printf("fp8route check on %s: every backend/config vs the GPU reference (itself vs the CPU fp64 "
               "reference on the small shapes), normwise error <= %.0e\n", dev.name.c_str(), kTolerance);

@@ -81,7 +81,7 @@ RawState read_raw(const std::string& path) {
 }  // namespace
 
 int run_tune(const TuneOptions& opt) {
-  FP8ROUTE_CHECK(cuda_device_count() > 0, "tune needs a GPU: " << cuda_unavailable_reason());
+  FP8ROUTE_CHECK_CAT(cuda_device_count() > 0, ErrorCategory::unsupported, "tune needs a GPU: " << cuda_unavailable_reason());
   const Workload w = select_workload(opt.shapes, "all", /*dedupe=*/true);
   const std::vector<std::string> backends = bench::parse_names(opt.backends);
   for (const std::string& b : backends) gemm_configs(b);  // unknown names fail now, not mid-run
