@@ -7,5 +7,13 @@ build="$root/build/${FP8ROUTE_PRESET:-release}"
 rm -rf "$build/test-results"
 (cd "$build" && ctest --output-on-failure "$@")
 rc=$?
+# The Python package's tests (tests/python), when its native module was built (tvm_ffi in the venv).
+venv="${FP8ROUTE_VENV:-$root/build/venv}"
+if [ -f "$build/python/fp8route/_fp8route_ffi.so" ] && [ -x "$venv/bin/python" ]; then
+  FP8ROUTE_FFI_LIB="$build/python/fp8route/_fp8route_ffi.so" FP8ROUTE_SOURCE_DIR="$root" \
+    "$venv/bin/python" -m pytest -q -rs "$root/tests/python" --junitxml="$build/test-results/python.xml" || rc=1
+else
+  echo "python tests: not run (no native module in $build/python/fp8route: tvm_ffi missing from the venv)"
+fi
 python3 "$root/scripts/test_summary.py" "$build/test-results" || rc=1
 exit $rc

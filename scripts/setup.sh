@@ -3,7 +3,8 @@
 # with the CUDA 13 toolkit (nvcc on PATH or in /usr/local/cuda/bin).
 #   Debian packages (apt-get): cmake, ninja-build, g++, libgtest-dev, nlohmann-json3-dev, libcli11-dev,
 #                              python3-venv
-#   Python packages (pip, into $FP8ROUTE_VENV, default build/venv): nvidia-cutlass (CUTLASS headers)
+#   Python packages (pip, into $FP8ROUTE_VENV, default build/venv): nvidia-cutlass (CUTLASS headers),
+#   apache-tvm-ffi, pytest, numpy (the Python package's native module and its tests)
 # Re-running is cheap: packages already present are not fetched again.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +35,7 @@ if ! command -v nvcc >/dev/null 2>&1; then
 fi
 
 py="${FP8ROUTE_PYTHON:-python3}"
+tvm_ffi_version=0.1.15.post2
 if [ ! -x "$venv/bin/python" ]; then
   echo "[setup] creating virtual environment $venv"
   "$py" -m venv "$venv"
@@ -43,5 +45,11 @@ if ! "$venv/bin/python" -c "import importlib.metadata as m,sys; sys.exit(m.versi
   # ...) serve CUTLASS's Python generator, which fp8route does not run.
   echo "[setup] pip install nvidia-cutlass==$cutlass_version"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "nvidia-cutlass==$cutlass_version"
+fi
+# The Python package's build and tests: apache-tvm-ffi (the native module's ABI), pytest, numpy.
+if ! "$venv/bin/python" -c "import importlib.metadata as m,sys; sys.exit(m.version('apache-tvm-ffi')!='$tvm_ffi_version')" 2>/dev/null \
+   || ! "$venv/bin/python" -c "import pytest, numpy" 2>/dev/null; then
+  echo "[setup] pip install apache-tvm-ffi==$tvm_ffi_version pytest numpy"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "apache-tvm-ffi==$tvm_ffi_version" pytest numpy
 fi
 echo "[setup] ok: $(nvcc --version | tail -1), venv $venv"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Totals the GoogleTest XML reports of one test run: passed, failed, skipped, and why skipped."""
+"""Totals the JUnit XML reports of one test run (GoogleTest suites and pytest): passed, failed,
+skipped, and why skipped."""
 import collections
 import pathlib
 import sys
@@ -21,12 +22,15 @@ def main(folder: str) -> int:
                 skipped += 1
                 node = case.find("skipped")
                 msg = (node.get("message") or node.text or "") if node is not None else ""
+                if node is not None and msg == "collection skipped" and node.text:  # pytest, module-level skip
+                    msg = node.text.split("Skipped: ", 1)[-1]
+                    msg = msg[:-2] if msg.endswith("')") else msg
                 reasons[msg.strip().splitlines()[-1] if msg.strip() else "(no reason given)"] += 1
             else:
                 passed += 1
     for reason, n in reasons.most_common():
         print(f"skipped {n:5d}: {reason}")
-    print(f"gtest: {passed} passed, {failed} failed, {skipped} skipped")
+    print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 
 

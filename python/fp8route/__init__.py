@@ -1,0 +1,51 @@
+"""fp8route: FP8 quantization and measured-routing scaled GEMMs for NVIDIA Hopper.
+
+Works with any DLPack tensor (torch, JAX, CuPy); with torch installed the ops are also registered
+with torch.library (fake implementations for torch.compile) and Fp8Linear wraps a LinearPlan.
+Errors are ValueError (a bad argument, a bad table file) or RuntimeError (CUDA, cuBLAS), with the
+C++ message naming the argument and the rule.
+"""
+from ._native import lib as _lib
+from .ops import (
+    explain,
+    load_table,
+    masked_per_token_group_quant,
+    masked_silu_and_mul_per_token_group_quant,
+    per_tensor_quant,
+    per_token_group_quant,
+    per_token_quant,
+    quant_layout,
+    scaled_mm,
+    scatter_per_token_group_quant,
+    silu_and_mul_per_token_group_quant,
+    table_info,
+)
+
+__version__ = str(_lib.version())
+
+# An installed wheel carries the routing table measured on the H200; use it unless FP8ROUTE_TABLE
+# names another (a source checkout's build finds routes/h200.json of the tree by itself).
+def _use_packaged_table():
+    import os
+    packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routes", "h200.json")
+    if "FP8ROUTE_TABLE" not in os.environ and os.path.exists(packaged):
+        _lib.load_table(packaged)
+
+
+_use_packaged_table()
+
+__all__ = [
+    "explain", "load_table", "table_info", "quant_layout", "per_token_group_quant",
+    "silu_and_mul_per_token_group_quant", "masked_per_token_group_quant",
+    "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "per_token_quant",
+    "per_tensor_quant", "scaled_mm", "__version__",
+]
+
+try:  # torch is optional: the ops above work on any DLPack tensor given out= buffers.
+    import torch as _torch  # noqa: F401
+except ImportError:
+    pass
+else:
+    from . import torch_ops  # noqa: F401  (registers fp8route:: ops with torch.library)
+    from .linear import Fp8Linear  # noqa: F401
+    __all__.append("Fp8Linear")

@@ -1,0 +1,84 @@
+"""Fp8Linear: a torch.nn.Module over a LinearPlan (bf16/fp16 activations in, quantized on the fly,
+multiplied by the routed FP8 GEMM)."""
+import torch
+
+from . import ops
+from ._native import lib
+
+_ACTS = ("row", "tensor", "block")
+
+
+class Fp8Linear(torch.nn.Module):
+    """y = x @ W^T (+ bias) with W in FP8 E4M3.
+
+    Fp8Linear(weight, weight_scale, act="row", out_dtype=torch.bfloat16, bias=None):
+      weight float8_e4m3fn [N, K] on a CUDA device; weight_scale f32: one element (per-tensor
+      checkpoint), [N] (per channel), or [ceil(N/128), ceil(K/128)] (128x128 blocks, act="block").
+      act: how activations are quantized per call: "row" (per token), "tensor" (dynamic per
+      tensor), "block" (1x128 groups; K % 128 == 0).
+    Fp8Linear.from_float(weight, act=..., ...): quantizes a bf16/fp16/f32 weight itself (per channel,
+      or 128x128 blocks for act="block").
+
+    The plan is made once here (which backends can run the layer, the scale forms they need, the
+    routing table's slice); forward looks up M. Build the module on the device it will run on: the
+    plan holds the weight's device pointer, so moving the module afterwards is refused.
+    """
+
+    def __init__(self, weight, weight_scale, act="row", out_dtype=torch.bfloat16, bias=None):
+        super().__init__()
+        if act not in _ACTS:
+            raise ValueError(f"act: one of {_ACTS}, got {act!r}")
+        if weight.dtype != torch.float8_e4m3fn:
+            raise ValueError(f"weight: float8_e4m3fn [N, K] expected, got {weight.dtype} (use Fp8Linear.from_float)")
+        self.act = act
+        self.out_dtype = out_dtype
+        self.register_buffer("weight", weight)
+        self.register_buffer("weight_scale", weight_scale.to(torch.float32).contiguous())
+        self.register_buffer("bias", bias)
+        self._ptr = weight.data_ptr()
+        self._plan = int(lib.linear_plan_create(ops._bits(weight), self.weight_scale, act, ops._out_name(out_dtype),
+                                                bias is not None, bias if bias is not None else self.weight_scale))
+
+    @classmethod
+    def from_float(cls, weight, act="row", out_dtype=torch.bfloat16, bias=None):
+        w = weight.detach()
+        if act == "block":
+            n, k = w.shape
+            nb, kb = -(-n // 128), -(-k // 128)
+            padded = torch.zeros((nb * 128, kb * 128), dtype=torch.float32, device=w.device)
+            padded[:n, :k] = w.float()
+            blocks = padded.view(nb, 128, kb, 128)
+            scale = (blocks.abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-12)
+            q = (blocks / scale[:, None, :, None]).clamp(-448, 448).view(nb * 128, kb * 128)[:n, :k]
+            return cls(q.to(torch.float8_e4m3fn).contiguous(), scale, act, out_dtype, bias)
+        q, s = ops.per_token_quant(w.contiguous())  # one scale per output channel
+        return cls(q, s, act, out_dtype, bias)
+
+    def forward(self, x):
+        return torch.ops.fp8route.linear(x, self.weight, self._plan, self.act, self.out_dtype)
+
+    def route(self, m):
+        """The backend/config a call with m rows runs."""
+        return str(lib.linear_plan_route(self._plan, m))
+
+    def explain(self, m):
+        return str(lib.linear_plan_explain(self._plan, m))
+
+    def _apply(self, fn, *args, **kwargs):
+        moved = super()._apply(fn, *args, **kwargs)
+        if getattr(self, "_plan", None) is not None and self.weight.data_ptr() != self._ptr:
+            raise RuntimeError("Fp8Linear: the plan holds the weight's device memory; build the module on the "
+                               "device it runs on instead of moving it")
+        return moved
+
+    def __del__(self):
+        plan = getattr(self, "_plan", None)
+        if plan is not None:
+            try:
+                lib.linear_plan_free(plan)
+            except Exception:  # interpreter shutdown
+                pass
+
+    def extra_repr(self):
+        return f"in_features={self.weight.shape[1]}, out_features={self.weight.shape[0]}, act={self.act}, " \
+               f"out_dtype={self.out_dtype}"

@@ -1,0 +1,166 @@
+"""The fp8route ops on DLPack tensors. Outputs are allocated on the input's device when the input
+is a torch tensor and out= is not given; with other frameworks pass out=. Work runs on the
+framework's current CUDA stream. E4M3 tensors may be torch.float8_e4m3fn or uint8 bit patterns."""
+import json
+
+from ._native import lib
+
+try:
+    import torch
+except ImportError:  # the ops still work on any DLPack tensor, given out=
+    torch = None
+
+_CODE_DTYPES = {"e4m3": "float8_e4m3fn", "i8": "int8"}
+_OUT_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "half": "f16"}
+
+
+def _is_torch(x):
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _bits(t):
+    """float8_e4m3fn torch tensors go over DLPack as their uint8 bits (the C++ side reads them as E4M3)."""
+    if _is_torch(t) and t.dtype == torch.float8_e4m3fn:
+        return t.view(torch.uint8)
+    return t
+
+
+def _out_name(out_dtype):
+    if torch is not None and isinstance(out_dtype, torch.dtype):
+        out_dtype = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(out_dtype, str(out_dtype))
+    name = _OUT_NAMES.get(str(out_dtype))
+    if name is None:
+        raise ValueError(f"out_dtype: bf16 or f16 (torch.bfloat16 / torch.float16), got {out_dtype!r}")
+    return name
+
+
+def _empty(like, shape, dtype, zero=False):
+    if not _is_torch(like):
+        raise ValueError("out: required when the input is not a torch tensor (fp8route allocates with torch)")
+    tdtype = {"float8_e4m3fn": torch.float8_e4m3fn, "int8": torch.int8, "f32": torch.float32,
+              "i32": torch.int32, "bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    return (torch.zeros if zero else torch.empty)(tuple(shape), dtype=tdtype, device=like.device)
+
+
+def quant_layout(tokens, hidden, group_size=128, dtype="e4m3", rounding="none", storage="f32",
+                 layout="row_major", experts=0):
+    """Shapes of the codes and scales of quantizing x [T, H] (or [E, T, H] with experts=E):
+    {"q": [...], "s": [...], "s_dtype": "f32" | "i32"} (the one layout function of the C++ library)."""
+    return json.loads(str(lib.quant_layout(group_size, dtype, rounding, storage, layout, tokens, hidden, experts)))
+
+
+def _group_outputs(x, tokens, hidden, experts, group_size, dtype, rounding, storage, layout, out, zero=False):
+    if out is not None:
+        return out
+    lay = quant_layout(tokens, hidden, group_size, dtype, rounding, storage, layout, experts)
+    return (_empty(x, lay["q"], _CODE_DTYPES[dtype], zero), _empty(x, lay["s"], lay["s_dtype"], zero))
+
+
+def _check_ndim(x, ndim, name, form):
+    if len(x.shape) != ndim:
+        raise ValueError(f"{name}: expected {form}, got shape {tuple(x.shape)}")
+
+
+def per_token_group_quant(x, group_size=128, dtype="e4m3", rounding="none", storage="f32", layout="row_major",
+                          out=None):
+    """x [T, H] -> (q [T, H], s): one scale per group of `group_size` along H (see quant_layout)."""
+    _check_ndim(x, 2, "x", "[T, H]")
+    q, s = _group_outputs(x, x.shape[0], x.shape[1], 0, group_size, dtype, rounding, storage, layout, out)
+    lib.per_token_group_quant(x, _bits(q), s, group_size, dtype, rounding, storage, layout, False)
+    return q, s
+
+
+def silu_and_mul_per_token_group_quant(x, group_size=128, dtype="e4m3", rounding="none", storage="f32",
+                                       layout="row_major", out=None):
+    """x [T, 2H] -> silu(x[:, :H]) * x[:, H:] quantized per group: (q [T, H], s)."""
+    _check_ndim(x, 2, "x", "[T, 2H]")
+    q, s = _group_outputs(x, x.shape[0], x.shape[1] // 2, 0, group_size, dtype, rounding, storage, layout, out)
+    lib.per_token_group_quant(x, _bits(q), s, group_size, dtype, rounding, storage, layout, True)
+    return q, s
+
+
+def masked_per_token_group_quant(x, masked_m, group_size=128, dtype="e4m3", rounding="none", storage="f32",
+                                 layout="row_major", out=None, fused=False):
+    """x [E, T_pad, H] (fused: [E, T_pad, 2H]), masked_m int32 [E]: rows t >= masked_m[e] are neither
+    read nor written. Returns (q [E, T_pad, H], s)."""
+    _check_ndim(x, 3, "x", "[E, T_pad, H]")
+    hidden = x.shape[2] // 2 if fused else x.shape[2]
+    q, s = _group_outputs(x, x.shape[1], hidden, x.shape[0], group_size, dtype, rounding, storage, layout, out)
+    lib.masked_per_token_group_quant(x, masked_m, _bits(q), s, group_size, dtype, rounding, storage, layout, fused)
+    return q, s
+
+
+def masked_silu_and_mul_per_token_group_quant(x, masked_m, **kwargs):
+    """The masked form with the fused silu_and_mul: x [E, T_pad, 2H]."""
+    return masked_per_token_group_quant(x, masked_m, fused=True, **kwargs)
+
+
+def scatter_per_token_group_quant(x, src2dst, rows, group_size=128, dtype="e4m3", rounding="none", storage="f32",
+                                  layout="row_major", out=None):
+    """x [T, H], src2dst int32 [T, topk] (-1 = skip): each token quantized once and written to its
+    destination rows of q [rows, H] and s (layout of rows x H). Allocated outputs start zeroed
+    (rows no token maps to are not written)."""
+    _check_ndim(x, 2, "x", "[T, H]")
+    q, s = _group_outputs(x, rows, x.shape[1], 0, group_size, dtype, rounding, storage, layout, out, zero=True)
+    lib.scatter_per_token_group_quant(x, src2dst, _bits(q), s, group_size, dtype, rounding, storage, layout)
+    return q, s
+
+
+def per_token_quant(x, dtype="e4m3", rounding="none", out=None):
+    """x [T, H] -> (q [T, H], s f32 [T]): one scale per row."""
+    _check_ndim(x, 2, "x", "[T, H]")
+    q, s = out if out is not None else (_empty(x, x.shape, _CODE_DTYPES[dtype]), _empty(x, (x.shape[0],), "f32"))
+    lib.per_token_quant(x, _bits(q), s, rounding)
+    return q, s
+
+
+def per_tensor_quant(x, scale=None, dtype="e4m3", out=None):
+    """Static (scale given, f32 [1] on the device): q = encode(x / scale). Dynamic (scale=None): one
+    pass for the amax, then the codes; returns (q, scale f32 [1])."""
+    q = out if out is not None else _empty(x, x.shape, _CODE_DTYPES[dtype])
+    dynamic = scale is None
+    if dynamic:
+        scale = _empty(x, (1,), "f32")
+    lib.per_tensor_quant(x, _bits(q), scale, dynamic)
+    return q, scale
+
+
+def _scale_kind(scale_a, scale_b, scale):
+    if scale is not None:
+        return scale
+    numel = lambda t: int(__import__("math").prod(t.shape))  # noqa: E731
+    if numel(scale_a) == 1 and numel(scale_b) == 1:
+        return "tensor"
+    return "block" if len(scale_a.shape) == 2 and len(scale_b.shape) == 2 else "row"
+
+
+def scaled_mm(a, b, scale_a, scale_b, out_dtype="bf16", bias=None, scale=None, out=None):
+    """y[M, N] = (a @ b^T) * scale_a * scale_b (+ bias): a e4m3 [M, K], b e4m3 [N, K] (the nn.Linear
+    weight layout). scale: "tensor" (one element each), "row" ([M] and [N], or one element), "block"
+    (scale_a [ceil(K/128), align(M, 4)], scale_b [ceil(N/128), ceil(K/128)]); inferred from the
+    scale shapes when None. Routed to the backend measured fastest (explain() says which)."""
+    kind = _scale_kind(scale_a, scale_b, scale)
+    name = _out_name(out_dtype)
+    if out is None:
+        out = _empty(a, (a.shape[0], b.shape[0]), name)
+    if bias is None:
+        lib.scaled_mm(_bits(a), _bits(b), scale_a, scale_b, out, kind)
+    else:
+        lib.scaled_mm_bias(_bits(a), _bits(b), scale_a, scale_b, bias, out, kind)
+    return out
+
+
+def explain(m, n, k, scale="row", out_dtype="bf16"):
+    """Which backend/config scaled_mm runs for this problem, where the choice came from (exact table
+    entry, nearest entries, heuristic), the ranked measured candidates and why any was skipped."""
+    return str(lib.explain(m, n, k, scale, _out_name(out_dtype)))
+
+
+def load_table(path):
+    """Route by this routing table from now on (ValueError naming the file if it does not load)."""
+    lib.load_table(str(path))
+
+
+def table_info():
+    """The routing table in use: {"default_path", "entries", "stamp", "load_error"}."""
+    return json.loads(str(lib.table_info()))

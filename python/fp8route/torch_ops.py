@@ -1,0 +1,83 @@
+"""fp8route ops registered with torch.library (imported by fp8route when torch is installed).
+
+torch.ops.fp8route.scaled_mm, .per_token_group_quant, .per_token_quant and .linear are custom ops with
+fake (meta) implementations, so torch.compile traces them without running them and CUDA graphs
+capture them like any op (call each shape once before capture: the first call on a stream sets up
+per-stream workspaces)."""
+from typing import Optional, Tuple
+
+import torch
+
+from . import ops
+from ._native import lib
+
+
+@torch.library.custom_op("fp8route::scaled_mm", mutates_args=())
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+              bias: Optional[torch.Tensor], out_dtype: torch.dtype, scale: str) -> torch.Tensor:
+    return ops.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias, scale=scale)
+
+
+@scaled_mm.register_fake
+def _(a, b, scale_a, scale_b, bias, out_dtype, scale):
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+def _layout_shapes(t, h, group_size, dtype, rounding, storage, layout):
+    lay = ops.quant_layout(t, h, group_size, dtype, rounding, storage, layout)
+    return lay["q"], lay["s"], torch.int32 if lay["s_dtype"] == "i32" else torch.float32
+
+
+_CODE = {"e4m3": torch.float8_e4m3fn, "i8": torch.int8}
+
+
+@torch.library.custom_op("fp8route::per_token_group_quant", mutates_args=())
+def per_token_group_quant(x: torch.Tensor, group_size: int, dtype: str, rounding: str, storage: str, layout: str,
+                          fused: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    f = ops.silu_and_mul_per_token_group_quant if fused else ops.per_token_group_quant
+    return f(x, group_size=group_size, dtype=dtype, rounding=rounding, storage=storage, layout=layout)
+
+
+@per_token_group_quant.register_fake
+def _(x, group_size, dtype, rounding, storage, layout, fused):
+    h = x.shape[1] // 2 if fused else x.shape[1]
+    # Shapes depend on T only through align(T, 4) of col_major_tma; symbolic T is fine elsewhere.
+    groups = h // group_size
+    cols = (groups + 3) // 4 if storage == "ue8m0_packed" else groups
+    t = x.shape[0]
+    t_pad = (t + 3) // 4 * 4 if layout == "col_major_tma" else t
+    s_shape = (t, cols) if layout == "row_major" else (cols, t_pad)
+    s_dtype = torch.int32 if storage == "ue8m0_packed" else torch.float32
+    return x.new_empty((t, h), dtype=_CODE[dtype]), x.new_empty(s_shape, dtype=s_dtype)
+
+
+@torch.library.custom_op("fp8route::per_token_quant", mutates_args=())
+def per_token_quant(x: torch.Tensor, dtype: str, rounding: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    return ops.per_token_quant(x, dtype=dtype, rounding=rounding)
+
+
+@per_token_quant.register_fake
+def _(x, dtype, rounding):
+    return x.new_empty(x.shape, dtype=_CODE[dtype]), x.new_empty((x.shape[0],), dtype=torch.float32)
+
+
+@torch.library.custom_op("fp8route::linear", mutates_args=())
+def linear(x: torch.Tensor, weight: torch.Tensor, plan: int, act: str, out_dtype: torch.dtype) -> torch.Tensor:
+    """Fp8Linear's forward: quantize x [..., K] for the plan's activation scale kind, then the
+    plan's routed GEMM. `weight` is passed for its shape and device (the plan already holds it)."""
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    if act == "row":
+        q, s = ops.per_token_quant(x2)
+    elif act == "tensor":
+        q, s = ops.per_tensor_quant(x2)
+    else:  # block: 1x128 groups, scales [ceil(K/128), align(M, 4)] as the block GEMM reads them
+        q, s = ops.per_token_group_quant(x2, group_size=128, layout="col_major_tma")
+    y = torch.empty((x2.shape[0], weight.shape[0]), dtype=out_dtype, device=x.device)
+    lib.linear_plan_run(plan, ops._bits(q), s, y)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+@linear.register_fake
+def _(x, weight, plan, act, out_dtype):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=out_dtype)

@@ -1,0 +1,305 @@
+// The Python package's native module: the public C++ API (include/fp8route) exported through
+// apache-tvm-ffi. Tensors arrive as DLPack views from any framework; work goes on the caller's
+// current CUDA stream (TVMFFIEnvGetStream, which tvm-ffi sets from torch's current stream).
+// Bindings only convert arguments and call the public API. Errors: fp8route's invalid_argument and
+// io_error become ValueError, everything else RuntimeError, with the C++ message.
+
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/string.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "fp8route/device.h"
+#include "fp8route/error.h"
+#include "fp8route/gemm.h"
+#include "fp8route/linear.h"
+#include "fp8route/quant.h"
+#include "fp8route/quant_layout.h"
+#include "fp8route/route.h"
+#include "fp8route/version.h"
+
+namespace {
+
+using FfiTensor = tvm::ffi::TensorView;
+using tvm::ffi::String;
+
+// Runs f, turning fp8route errors into the Python exceptions the package documents.
+template <class F>
+auto guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const fp8route::Error& e) {
+    if (e.category() == fp8route::ErrorCategory::invalid_argument || e.category() == fp8route::ErrorCategory::io_error)
+      TVM_FFI_THROW(ValueError) << e.what();
+    TVM_FFI_THROW(RuntimeError) << e.what();
+  } catch (const tvm::ffi::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TVM_FFI_THROW(RuntimeError) << "fp8route: " << e.what();
+  }
+  TVM_FFI_UNREACHABLE();
+}
+
+fp8route::DType dtype_of(const DLDataType& t, const char* name) {
+  if (t.lanes == 1) {
+    if (t.code == kDLFloat && t.bits == 32) return fp8route::DType::f32;
+    if (t.code == kDLFloat && t.bits == 16) return fp8route::DType::f16;
+    if (t.code == kDLBfloat && t.bits == 16) return fp8route::DType::bf16;
+    // E4M3 codes: float8_e4m3fn, or their bits as uint8 (what the Python layer passes).
+    if ((t.code == kDLFloat8_e4m3fn || t.code == kDLUInt) && t.bits == 8) return fp8route::DType::e4m3;
+    if (t.code == kDLInt && t.bits == 8) return fp8route::DType::i8;
+    if (t.code == kDLInt && t.bits == 32) return fp8route::DType::i32;
+  }
+  TVM_FFI_THROW(ValueError) << name << ": dtype (code " << int(t.code) << ", bits " << int(t.bits) << ", lanes "
+                            << t.lanes << ") is not one fp8route takes (f32, f16, bf16, float8_e4m3fn or uint8 bits, "
+                            << "int8, int32)";
+  TVM_FFI_UNREACHABLE();
+}
+
+// A DLPack view as fp8route's TensorView (data pointer includes the byte offset).
+fp8route::TensorView view(const FfiTensor& t, const char* name) {
+  fp8route::TensorView v;
+  if (t.ndim() > fp8route::kMaxDims)
+    TVM_FFI_THROW(ValueError) << name << ": at most " << fp8route::kMaxDims << " dimensions, got " << t.ndim();
+  v.data = static_cast<char*>(t.data_ptr()) + t.byte_offset();
+  v.dtype = dtype_of(t.dtype(), name);
+  v.ndim = t.ndim();
+  // A compact tensor may come without strides (DLPack allows null); its strides are the row-major ones.
+  const bool compact = t.IsContiguous();
+  int64_t stride = 1;
+  for (int i = v.ndim - 1; i >= 0; --i) {
+    v.shape[i] = t.shape()[i];
+    v.strides[i] = compact ? stride : t.strides()[i];
+    stride *= v.shape[i];
+  }
+  const DLDevice d = t.device();
+  v.device = d.device_type == kDLCUDA ? fp8route::Device::cuda(d.device_id) : fp8route::Device::cpu();
+  return v;
+}
+
+cudaStream_t stream_of(const FfiTensor& t) {
+  return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, t.device().device_id));
+}
+
+fp8route::GroupQuantSpec spec_of(int64_t group_size, const String& code, const String& rounding, const String& storage,
+                                 const String& layout) {
+  fp8route::GroupQuantSpec s;
+  s.group_size = static_cast<int>(group_size);
+  s.code = fp8route::parse_dtype(std::string(code), "dtype");
+  s.rounding = fp8route::parse_rounding(std::string(rounding));
+  s.storage = fp8route::parse_storage(std::string(storage));
+  s.layout = fp8route::parse_layout(std::string(layout));
+  fp8route::validate(s);
+  return s;
+}
+
+String version() { return String(FP8ROUTE_VERSION); }
+
+// The shapes of quantized codes and scales as JSON: {"q": [...], "s": [...], "s_dtype": "f32"|"i32"}.
+String quant_layout(int64_t group_size, String code, String rounding, String storage, String layout, int64_t tokens,
+                    int64_t hidden, int64_t experts) {
+  return guarded([&] {
+    const fp8route::QuantLayout l =
+        fp8route::quant_layout(spec_of(group_size, code, rounding, storage, layout), tokens, hidden, experts);
+    nlohmann::json j;
+    j["q"] = std::vector<int64_t>(l.code_shape, l.code_shape + l.code_ndim);
+    j["s"] = std::vector<int64_t>(l.scale_shape, l.scale_shape + l.scale_ndim);
+    j["s_dtype"] = std::string(fp8route::dtype_name(l.scale_dtype));
+    return String(j.dump());
+  });
+}
+
+void per_token_group_quant(FfiTensor x, FfiTensor q, FfiTensor s, int64_t group_size, String code, String rounding,
+                           String storage, String layout, bool fused) {
+  guarded([&] {
+    const auto spec = spec_of(group_size, code, rounding, storage, layout);
+    if (fused)
+      fp8route::silu_and_mul_per_token_group_quant(view(x, "x"), spec, view(q, "q"), view(s, "s"), stream_of(x));
+    else
+      fp8route::per_token_group_quant(view(x, "x"), spec, view(q, "q"), view(s, "s"), stream_of(x));
+  });
+}
+
+void masked_per_token_group_quant(FfiTensor x, FfiTensor masked_m, FfiTensor q, FfiTensor s, int64_t group_size,
+                                  String code, String rounding, String storage, String layout, bool fused) {
+  guarded([&] {
+    const auto spec = spec_of(group_size, code, rounding, storage, layout);
+    if (fused)
+      fp8route::masked_silu_and_mul_per_token_group_quant(view(x, "x"), view(masked_m, "masked_m"), spec, view(q, "q"),
+                                                          view(s, "s"), stream_of(x));
+    else
+      fp8route::masked_per_token_group_quant(view(x, "x"), view(masked_m, "masked_m"), spec, view(q, "q"),
+                                             view(s, "s"), stream_of(x));
+  });
+}
+
+void scatter_per_token_group_quant(FfiTensor x, FfiTensor src2dst, FfiTensor q, FfiTensor s, int64_t group_size,
+                                   String code, String rounding, String storage, String layout) {
+  guarded([&] {
+    fp8route::scatter_per_token_group_quant(view(x, "x"), view(src2dst, "src2dst"),
+                                            spec_of(group_size, code, rounding, storage, layout), view(q, "q"),
+                                            view(s, "s"), stream_of(x));
+  });
+}
+
+void per_token_quant(FfiTensor x, FfiTensor q, FfiTensor s, String rounding) {
+  guarded([&] {
+    fp8route::per_token_quant(view(x, "x"), view(q, "q"), view(s, "s"), fp8route::parse_rounding(std::string(rounding)),
+                              stream_of(x));
+  });
+}
+
+void per_tensor_quant(FfiTensor x, FfiTensor q, FfiTensor scale, bool dynamic) {
+  guarded([&] {
+    if (dynamic)
+      fp8route::per_tensor_quant_dynamic(view(x, "x"), view(q, "q"), view(scale, "scale"), stream_of(x));
+    else
+      fp8route::per_tensor_quant_static(view(x, "x"), view(scale, "scale"), view(q, "q"), stream_of(x));
+  });
+}
+
+fp8route::ScaledMmArgs mm_args(const FfiTensor& a, const FfiTensor& b, const FfiTensor& sa, const FfiTensor& sb,
+                               const FfiTensor& out, const String& scale) {
+  fp8route::ScaledMmArgs args;
+  args.a = view(a, "a");
+  args.b = view(b, "b");
+  args.scale_a = view(sa, "scale_a");
+  args.scale_b = view(sb, "scale_b");
+  args.out = view(out, "out");
+  args.scale = fp8route::parse_scale_kind(std::string(scale));
+  return args;
+}
+
+void scaled_mm(FfiTensor a, FfiTensor b, FfiTensor scale_a, FfiTensor scale_b, FfiTensor out, String scale) {
+  guarded([&] { fp8route::scaled_mm(mm_args(a, b, scale_a, scale_b, out, scale), stream_of(a)); });
+}
+
+void scaled_mm_bias(FfiTensor a, FfiTensor b, FfiTensor scale_a, FfiTensor scale_b, FfiTensor bias, FfiTensor out,
+                    String scale) {
+  guarded([&] {
+    fp8route::ScaledMmArgs args = mm_args(a, b, scale_a, scale_b, out, scale);
+    args.bias = view(bias, "bias");
+    fp8route::scaled_mm(args, stream_of(a));
+  });
+}
+
+String explain(int64_t m, int64_t n, int64_t k, String scale, String out) {
+  return guarded([&] {
+    FP8ROUTE_CHECK(m >= 1 && n >= 1 && k >= 1, "m, n, k: must be >= 1, got " << m << ", " << n << ", " << k);
+    const fp8route::GemmProblem p = fp8route::make_problem(m, n, k, fp8route::parse_scale_kind(std::string(scale)),
+                                                           fp8route::parse_dtype(std::string(out), "out_dtype"));
+    const auto router = fp8route::default_router();
+    if (fp8route::cuda_device_count() > 0) return String(router->explain(p));
+    // No GPU: the backends cannot answer for this machine; show the table's choice as measured.
+    const fp8route::Router as_measured(router->table(), [](std::string_view, std::string_view,
+                                                           const fp8route::GemmProblem&) { return std::string(); });
+    return String("no GPU here (" + fp8route::cuda_unavailable_reason() +
+                  "): the table's choice as measured, without checking this machine's backends\n" +
+                  as_measured.explain(p));
+  });
+}
+
+void load_table(String path) {
+  guarded([&] { fp8route::load_default_table(std::string(path)); });
+}
+
+// {"path", "entries", "stamp": {...}, "load_error"} of the table scaled_mm routes by.
+String table_info() {
+  return guarded([&] {
+    const auto r = fp8route::default_router();
+    const fp8route::TableStamp& s = r->table().stamp;
+    nlohmann::json j = {{"default_path", fp8route::default_table_path()},
+                        {"entries", r->table().entries.size()},
+                        {"load_error", r->load_error()},
+                        {"stamp",
+                         {{"gpu", s.gpu}, {"sm_count", s.sm_count}, {"cuda", s.cuda}, {"cublaslt", s.cublaslt},
+                          {"fp8route", s.fp8route}, {"date", s.date}}}};
+    return String(j.dump());
+  });
+}
+
+// LinearPlans live here, by handle; Python's Fp8Linear holds the handle and the tensors the plan
+// reads (weight, scales, bias), and frees the plan when it goes away.
+struct Plans {
+  std::mutex mu;
+  std::unordered_map<int64_t, std::unique_ptr<fp8route::LinearPlan>> by_handle;
+  int64_t next = 1;
+};
+Plans& plans() {
+  static Plans p;
+  return p;
+}
+const fp8route::LinearPlan& plan(int64_t h) {
+  Plans& p = plans();
+  std::lock_guard<std::mutex> lock(p.mu);
+  const auto it = p.by_handle.find(h);
+  FP8ROUTE_CHECK(it != p.by_handle.end(), "plan: no LinearPlan with handle " << h << " (freed?)");
+  return *it->second;
+}
+
+int64_t linear_plan_create(FfiTensor weight, FfiTensor weight_scale, String act, String out, bool has_bias,
+                           FfiTensor bias) {
+  return guarded([&] {
+    auto p = std::make_unique<fp8route::LinearPlan>(
+        view(weight, "weight"), view(weight_scale, "weight_scale"), fp8route::parse_scale_kind(std::string(act)),
+        fp8route::parse_dtype(std::string(out), "out_dtype"), has_bias ? view(bias, "bias") : fp8route::TensorView{},
+        nullptr, stream_of(weight));
+    Plans& ps = plans();
+    std::lock_guard<std::mutex> lock(ps.mu);
+    const int64_t h = ps.next++;
+    ps.by_handle.emplace(h, std::move(p));
+    return h;
+  });
+}
+
+void linear_plan_run(int64_t h, FfiTensor a, FfiTensor a_scale, FfiTensor out) {
+  guarded([&] { plan(h).run(view(a, "a"), view(a_scale, "a_scale"), view(out, "out"), stream_of(a)); });
+}
+
+String linear_plan_route(int64_t h, int64_t m) {
+  return guarded([&] {
+    const fp8route::Route r = plan(h).route(m);
+    return String(r.backend + "/" + r.config);
+  });
+}
+
+String linear_plan_explain(int64_t h, int64_t m) {
+  return guarded([&] { return String(plan(h).explain(m)); });
+}
+
+void linear_plan_free(int64_t h) {
+  Plans& p = plans();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.by_handle.erase(h);
+}
+
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(version, version);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(quant_layout, quant_layout);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_token_group_quant, per_token_group_quant);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(masked_per_token_group_quant, masked_per_token_group_quant);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(scatter_per_token_group_quant, scatter_per_token_group_quant);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_token_quant, per_token_quant);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_tensor_quant, per_tensor_quant);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm, scaled_mm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm_bias, scaled_mm_bias);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(explain, explain);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(load_table, load_table);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(table_info, table_info);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_create, linear_plan_create);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_run, linear_plan_run);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_route, linear_plan_route);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_explain, linear_plan_explain);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_free, linear_plan_free);

@@ -1,0 +1,88 @@
+"""The Python package without a GPU (CI): module loading, the routing table, explain, the layout
+function, and argument errors raised as ValueError with the C++ message."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import fp8route
+
+ROOT = os.environ["FP8ROUTE_SOURCE_DIR"]
+
+
+def test_version_and_table():
+    assert fp8route.__version__.count(".") == 2
+    info = fp8route.table_info()
+    assert info["load_error"] == ""
+    assert info["entries"] > 100
+    assert info["stamp"]["gpu"] == "NVIDIA H200"
+
+
+def test_explain_names_source_and_choice():
+    text = fp8route.explain(64, 4096, 14336, scale="row", out_dtype="bf16")
+    assert "problem: row bf16 m=64 n=4096 k=14336" in text
+    assert "source: exact" in text
+    assert "choice: " in text
+    # A shape no model has: routed by the nearest entries.
+    assert "source: nearest" in fp8route.explain(16, 5000, 3000, scale="row")
+    with pytest.raises(ValueError, match="m, n, k"):
+        fp8route.explain(0, 4096, 4096)
+    with pytest.raises(ValueError, match="out_dtype"):
+        fp8route.explain(1, 4096, 4096, out_dtype="f32")
+
+
+def test_load_table_errors_name_the_file(tmp_path):
+    with pytest.raises(ValueError, match="nonexistent.json"):
+        fp8route.load_table(tmp_path / "nonexistent.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "fp8route-routing-table", "version": 1')
+    with pytest.raises(ValueError, match="bad.json"):
+        fp8route.load_table(bad)
+    assert fp8route.table_info()["load_error"] == ""  # the table in use stays
+    fp8route.load_table(os.path.join(ROOT, "routes", "h200.json"))
+
+
+@pytest.mark.parametrize("layout,tokens,want_s", [
+    ("row_major", 5, [5, 4]), ("col_major", 5, [4, 5]), ("col_major_tma", 5, [4, 8])])
+def test_quant_layout(layout, tokens, want_s):
+    lay = fp8route.quant_layout(tokens, 512, group_size=128, layout=layout)
+    assert lay == {"q": [tokens, 512], "s": want_s, "s_dtype": "f32"}
+    packed = fp8route.quant_layout(3, 7168, rounding="pow2", storage="ue8m0_packed")
+    assert packed["s"] == [3, 14] and packed["s_dtype"] == "i32"  # 56 groups, 4 bytes a word
+    assert fp8route.quant_layout(4, 256, experts=2)["q"] == [2, 4, 256]
+
+
+def test_quant_layout_errors():
+    with pytest.raises(ValueError, match="group_size"):
+        fp8route.quant_layout(4, 512, group_size=100)
+    with pytest.raises(ValueError, match="128"):
+        fp8route.quant_layout(4, 500, group_size=128)
+    with pytest.raises(ValueError, match="pow2"):
+        fp8route.quant_layout(4, 512, storage="ue8m0_packed")
+
+
+def test_host_memory_is_refused_with_the_argument_named():
+    a = np.zeros((4, 32), np.uint8)
+    b = np.zeros((8, 32), np.uint8)
+    one = np.ones(1, np.float32)
+    out = np.zeros((4, 8), np.float16)
+    with pytest.raises(ValueError, match="a: must be CUDA device memory"):
+        fp8route.scaled_mm(a, b, one, one, out_dtype="f16", out=out)
+    with pytest.raises(ValueError, match="dtype"):
+        fp8route.scaled_mm(a, b, one, one, out_dtype="f16", out=np.zeros((4, 8), np.uint16))
+    with pytest.raises(ValueError, match="out_dtype"):
+        fp8route.scaled_mm(a, b, one, one, out_dtype="f32", out=out)
+    x = np.zeros((4, 256), np.float32)
+    with pytest.raises(ValueError, match="x: must be CUDA device memory"):
+        fp8route.per_token_group_quant(x, out=(np.zeros((4, 256), np.uint8), np.zeros((4, 2), np.float32)))
+    with pytest.raises(ValueError, match="out: required"):
+        fp8route.per_token_group_quant(x)  # numpy in, no out=: fp8route allocates only with torch
+    with pytest.raises(ValueError, match=r"x: expected \[T, H\]"):
+        fp8route.per_token_quant(np.zeros(8, np.float32))
+
+
+def test_explain_output_is_the_cli_format():
+    text = fp8route.explain(1, 4096, 4096, scale="tensor")
+    assert "measured candidates for tensor bf16 n=4096 k=4096" in text
+    json.dumps(fp8route.table_info())  # plain data
