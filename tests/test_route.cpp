@@ -269,6 +269,42 @@ TEST(Route, SaveLoadRoundTrip) {
   std::filesystem::remove(path);
 }
 
+// fp8route tune's raw file: finished problems only, a torn last line tolerated (and where the good
+// part ends, so a resume can cut it off), a damaged line elsewhere named.
+TEST(Route, TuneRawFileResumes) {
+  const std::string stamp =
+      R"({"stamp":{"gpu":"NVIDIA H200","sm_count":132,"cuda":"13.0","cublaslt":"13.1.0","fp8route":"0.1.0","date":"2026-11-30"}})";
+  const std::string rec1 = R"({"scale":"row","out":"bf16","n":4096,"k":4096,"m":1,"backend":"cublaslt","config":"heuristic","us":10.5})";
+  const std::string done1 = R"({"done":true,"scale":"row","out":"bf16","n":4096,"k":4096,"m":1})";
+  const std::string rec2 = R"({"scale":"row","out":"bf16","n":4096,"k":4096,"m":16,"backend":"cublaslt","config":"heuristic","us":11.5})";
+  const std::string good = stamp + "\n" + rec1 + "\n" + done1 + "\n" + rec2 + "\n";
+  TuneRawFile r = read_tune_raw(temp_file("raw_ok.jsonl", good));
+  ASSERT_TRUE(r.stamp.has_value());
+  EXPECT_EQ(r.stamp->gpu, "NVIDIA H200");
+  ASSERT_EQ(r.records.size(), 1u);  // m = 16 has no "done" line: measured again on resume
+  EXPECT_EQ(r.records[0].us, 10.5);
+  ASSERT_EQ(r.finished.size(), 1u);
+  EXPECT_EQ(std::get<4>(r.finished[0]), 1);
+  EXPECT_FALSE(r.torn);
+  EXPECT_EQ(r.good_bytes, static_cast<int64_t>(good.size()));
+  // Killed mid-write: the last line is cut short.
+  const std::string torn = good + rec2.substr(0, 20);
+  r = read_tune_raw(temp_file("raw_torn.jsonl", torn));
+  EXPECT_TRUE(r.torn);
+  EXPECT_EQ(r.good_bytes, static_cast<int64_t>(good.size()));
+  EXPECT_EQ(r.finished.size(), 1u);
+  // A damaged line that is not the last: an error naming the file and the line.
+  try {
+    read_tune_raw(temp_file("raw_bad.jsonl", stamp + "\n" + rec1.substr(0, 30) + "\n" + done1 + "\n"));
+    ADD_FAILURE() << "a damaged middle line was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::io_error);
+    EXPECT_NE(std::string(e.what()).find("raw_bad.jsonl:2"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(read_tune_raw(temp_file("raw_none.jsonl", "")).records.empty());
+  EXPECT_FALSE(read_tune_raw("/nonexistent/raw.jsonl").stamp.has_value());
+}
+
 TEST(Route, BreakpointsAndNearest) {
   const RoutingTable t = load_routing_table(temp_file("good.json", kGood));
   const auto all_run = [](std::string_view, std::string_view, const GemmProblem&) { return std::string(); };

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -67,6 +69,21 @@ struct MeasurementRecord {
   std::string backend, config;
   double us = 0;
 };
+
+// fp8route tune's raw measurement file (JSON lines, format in README.md): a stamp line, one line per
+// measurement, a "done" line after each problem's last measurement.
+struct TuneRawFile {
+  using Problem = std::tuple<ScaleKind, DType, int64_t, int64_t, int64_t>;  // scale, out, n, k, m
+  std::optional<TableStamp> stamp;           // from the stamp line, when there is one
+  std::vector<MeasurementRecord> records;    // of finished problems only
+  std::vector<Problem> finished;             // problems with a "done" line
+  int64_t good_bytes = 0;                    // bytes of complete, valid lines
+  bool torn = false;                         // the last line is incomplete (an interrupted write)
+};
+// A missing file reads as empty. Measurements of a problem without its "done" line are dropped (it
+// is measured again); an invalid last line is reported as torn; an invalid line elsewhere throws
+// Error(io_error) naming the file and the line.
+TuneRawFile read_tune_raw(const std::string& path);
 
 // Per (scale, out, n, k): the fastest (backend, config) at each measured M, runs of equal choices
 // merged into one breakpoint whose max_m is the run's largest M. Repeated records keep the minimum.

@@ -39,7 +39,8 @@ struct TuneOptions {
   std::string table_path = "fp8route-table.json";  // the routing table written
   std::string raw_path;                             // "" = <table_path without .json>.raw.jsonl
   std::string backends = "cublaslt,cutlass_sm90,skinny";
-  bool fresh = false;  // ignore (and overwrite) an existing raw file instead of resuming from it
+  bool fresh = false;       // ignore (and overwrite) an existing raw file instead of resuming from it
+  bool build_only = false;  // measure nothing: build the table from the raw file (no GPU needed)
 };
 int run_tune(const TuneOptions& opt);
 

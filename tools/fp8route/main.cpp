@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
                                                "(default: the table's name with .raw.jsonl)");
   tune_cmd->add_option("--backend", tune.backends, "backends to measure")->capture_default_str();
   tune_cmd->add_flag("--fresh", tune.fresh, "start over instead of resuming from the raw file");
+  tune_cmd->add_flag("--build-only", tune.build_only, "measure nothing: write the table from the raw file (no GPU needed)");
 
   CheckOptions check;
   CLI::App* check_cmd = app.add_subcommand("check", "quick correctness self-test of every backend on this GPU");

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -32,56 +33,12 @@ namespace fp8route::cli {
 
 namespace {
 
-using ProblemKey = std::tuple<std::string, std::string, int64_t, int64_t, int64_t>;  // scale, out, n, k, m
-
-ProblemKey key_of(const GemmProblem& p) {
-  return {std::string(name(p.scale)), std::string(dtype_name(p.out)), p.n, p.k, p.m};
-}
-
-struct RawState {
-  std::vector<MeasurementRecord> records;  // of finished problems
-  std::set<ProblemKey> done;
-  int torn = 0;
-};
-
-RawState read_raw(const std::string& path) {
-  RawState st;
-  std::ifstream f(path);
-  if (!f.good()) return st;
-  std::map<ProblemKey, std::vector<MeasurementRecord>> pending;
-  std::string line;
-  for (int no = 1; std::getline(f, line); ++no) {
-    if (line.empty()) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-      if (j.contains("stamp")) continue;  // the machine the file was started on
-      const ProblemKey key{j.at("scale").get<std::string>(), j.at("out").get<std::string>(), j.at("n").get<int64_t>(),
-                           j.at("k").get<int64_t>(), j.at("m").get<int64_t>()};
-      if (j.value("done", false)) {
-        st.done.insert(key);
-        for (MeasurementRecord& r : pending[key]) st.records.push_back(std::move(r));
-        pending.erase(key);
-        continue;
-      }
-      pending[key].push_back({parse_scale_kind(std::get<0>(key)), parse_dtype(std::get<1>(key), "out"), std::get<2>(key),
-                              std::get<3>(key), std::get<4>(key), j.at("backend").get<std::string>(),
-                              j.at("config").get<std::string>(), j.at("us").get<double>()});
-    } catch (const std::exception& e) {
-      // Only the last line can be torn by an interrupted write; anything else is a damaged file.
-      if (f.peek() != EOF)
-        FP8ROUTE_FAIL(ErrorCategory::io_error, path << ":" << no << ": not a tune record (" << e.what()
-                                                    << "); use --fresh to start over");
-      ++st.torn;
-    }
-  }
-  return st;
-}
+std::string scale_name(ScaleKind k) { return std::string(name(k)); }
+std::string out_name(DType d) { return std::string(dtype_name(d)); }
 
 }  // namespace
 
 int run_tune(const TuneOptions& opt) {
-  FP8ROUTE_CHECK_CAT(cuda_device_count() > 0, ErrorCategory::unsupported, "tune needs a GPU: " << cuda_unavailable_reason());
   const Workload w = select_workload(opt.shapes, "all", /*dedupe=*/true);
   const std::vector<std::string> backends = bench::parse_names(opt.backends);
   for (const std::string& b : backends) gemm_configs(b);  // unknown names fail now, not mid-run
@@ -91,12 +48,26 @@ int run_tune(const TuneOptions& opt) {
     if (raw.size() > 5 && raw.substr(raw.size() - 5) == ".json") raw.resize(raw.size() - 5);
     raw += ".raw.jsonl";
   }
-  RawState st = opt.fresh ? RawState{} : read_raw(raw);
+  TuneRawFile st = opt.fresh ? TuneRawFile{} : read_tune_raw(raw);
+  if (opt.build_only) {
+    FP8ROUTE_CHECK_CAT(st.stamp.has_value(), ErrorCategory::io_error, raw << ": no stamp line (not a tune raw file?)");
+    const RoutingTable table = build_routing_table(st.records, *st.stamp);
+    save_routing_table(table, opt.table_path);
+    std::printf("wrote %s: %zu entries from %zu measurements of %zu finished problems in %s%s\n", opt.table_path.c_str(),
+                table.entries.size(), st.records.size(), st.finished.size(), raw.c_str(),
+                st.torn ? " (its torn last line ignored)" : "");
+    return 0;
+  }
+  FP8ROUTE_CHECK_CAT(cuda_device_count() > 0, ErrorCategory::unsupported, "tune needs a GPU: " << cuda_unavailable_reason());
+  // A torn last line (the run was killed mid-write) is cut off before appending.
+  if (st.torn) std::filesystem::resize_file(raw, static_cast<uintmax_t>(st.good_bytes));
+  std::set<TuneRawFile::Problem> done(st.finished.begin(), st.finished.end());
   std::ofstream out(raw, opt.fresh ? std::ios::trunc : std::ios::app);
   FP8ROUTE_CHECK_CAT(out.good(), ErrorCategory::io_error, raw << ": cannot open the raw measurement file");
-  // A torn last line gets a newline so the next record starts on its own line.
-  if (st.torn) out << "\n";
-  if (opt.fresh || (st.done.empty() && st.records.empty())) {
+  if (st.stamp && !opt.fresh && !(*st.stamp == stamp_this_machine()))
+    std::printf("warning: %s was started on %s (%s); resuming here mixes two machines' timings (--fresh starts over)\n",
+                raw.c_str(), st.stamp->gpu.c_str(), st.stamp->date.c_str());
+  if (opt.fresh || !st.stamp) {
     const TableStamp s = stamp_this_machine();
     out << nlohmann::json{{"stamp", {{"gpu", s.gpu}, {"sm_count", s.sm_count}, {"cuda", s.cuda}, {"cublaslt", s.cublaslt},
                                      {"fp8route", s.fp8route}, {"date", s.date}}}}.dump()
@@ -109,7 +80,7 @@ int run_tune(const TuneOptions& opt) {
               "raw measurements: %s%s\n",
               dev.name.c_str(), dev.sm_count, w.what.c_str(), w.layers.size(), w.m_grid.size(), w.scales.size(),
               total, raw.c_str(),
-              st.done.empty() ? "" : (" (resuming: " + std::to_string(st.done.size()) + " problems already done)").c_str());
+              done.empty() ? "" : (" (resuming: " + std::to_string(done.size()) + " problems already done)").c_str());
   bench::MeasureOptions mo;
   mo.reps = opt.shapes.reps;
   size_t seen = 0, measured = 0, failures = 0;
@@ -119,8 +90,7 @@ int run_tune(const TuneOptions& opt) {
       for (ScaleKind sk : w.scales) {
         ++seen;
         const GemmProblem p = make_problem(m, l.n, l.k, sk, w.out);
-        const ProblemKey key = key_of(p);
-        if (st.done.count(key)) continue;
+        if (done.count({p.scale, p.out, p.n, p.k, p.m})) continue;
         const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), mo);
         const bench::GemmOperandSets ops = bench::make_gemm_operands(p, sets, 0x7E57ull * seen);
         std::vector<std::pair<std::string, std::string>> choices;
@@ -141,7 +111,7 @@ int run_tune(const TuneOptions& opt) {
             ++failures;
             continue;
           }
-          out << nlohmann::json{{"scale", std::get<0>(key)}, {"out", std::get<1>(key)}, {"n", p.n}, {"k", p.k},
+          out << nlohmann::json{{"scale", scale_name(p.scale)}, {"out", out_name(p.out)}, {"n", p.n}, {"k", p.k},
                                 {"m", p.m}, {"backend", b}, {"config", c}, {"us", r.median_us},
                                 {"min_us", r.min_us}, {"max_us", r.max_us}}.dump()
               << "\n";
@@ -149,7 +119,7 @@ int run_tune(const TuneOptions& opt) {
           ++timed;
           if (best_name.empty() || r.median_us < best) best = r.median_us, best_name = b + "/" + c;
         }
-        out << nlohmann::json{{"done", true}, {"scale", std::get<0>(key)}, {"out", std::get<1>(key)}, {"n", p.n},
+        out << nlohmann::json{{"done", true}, {"scale", scale_name(p.scale)}, {"out", out_name(p.out)}, {"n", p.n},
                               {"k", p.k}, {"m", p.m}}.dump()
             << "\n";
         out.flush();

@@ -1,0 +1,59 @@
+// Reading fp8route tune's raw measurement file (route.h, TuneRawFile).
+
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "fp8route/error.h"
+#include "fp8route/route.h"
+
+namespace fp8route {
+
+TuneRawFile read_tune_raw(const std::string& path) {
+  TuneRawFile raw;
+  std::ifstream f(path, std::ios::binary);
+  if (!f.good()) return raw;
+  std::map<TuneRawFile::Problem, std::vector<MeasurementRecord>> pending;
+  std::string line;
+  int64_t offset = 0;
+  for (int no = 1; std::getline(f, line); ++no) {
+    const bool complete = !f.eof();  // a line ends with '\n' unless it is the last, cut short
+    const int64_t next = offset + static_cast<int64_t>(line.size()) + (complete ? 1 : 0);
+    try {
+      if (!line.empty()) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        if (j.contains("stamp")) {
+          const nlohmann::json& s = j.at("stamp");
+          raw.stamp = TableStamp{s.at("gpu").get<std::string>(), s.at("sm_count").get<int>(),
+                                 s.at("cuda").get<std::string>(), s.at("cublaslt").get<std::string>(),
+                                 s.at("fp8route").get<std::string>(), s.at("date").get<std::string>()};
+        } else {
+          const TuneRawFile::Problem key{parse_scale_kind(j.at("scale").get<std::string>()),
+                                         parse_dtype(j.at("out").get<std::string>(), "out"),
+                                         j.at("n").get<int64_t>(), j.at("k").get<int64_t>(), j.at("m").get<int64_t>()};
+          if (j.value("done", false)) {
+            raw.finished.push_back(key);
+            for (MeasurementRecord& r : pending[key]) raw.records.push_back(std::move(r));
+            pending.erase(key);
+          } else {
+            const auto [scale, out, n, k, m] = key;
+            pending[key].push_back({scale, out, n, k, m, j.at("backend").get<std::string>(),
+                                    j.at("config").get<std::string>(), j.at("us").get<double>()});
+          }
+        }
+      }
+      if (!complete) throw std::runtime_error("no end of line");
+      raw.good_bytes = next;
+    } catch (const std::exception& e) {
+      // Only the last line can be torn by an interrupted write; anything else is a damaged file.
+      if (complete && f.peek() != EOF)
+        FP8ROUTE_FAIL(ErrorCategory::io_error, path << ":" << no << ": not a tune record (" << e.what() << ")");
+      raw.torn = true;
+    }
+    offset = next;
+  }
+  return raw;
+}
+
+}  // namespace fp8route
