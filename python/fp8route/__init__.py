@@ -29,7 +29,7 @@ def _use_packaged_table():
     import os
     packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routes", "h200.json")
     if "FP8ROUTE_TABLE" not in os.environ and os.path.exists(packaged):
-        _lib.load_table(packaged)
+        load_table(packaged)
 
 
 _use_packaged_table()

@@ -156,11 +156,19 @@ def explain(m, n, k, scale="row", out_dtype="bf16"):
     return str(lib.explain(m, n, k, scale, _out_name(out_dtype)))
 
 
+_loaded_table = None  # the path load_table() last loaded, if any
+
+
 def load_table(path):
     """Route by this routing table from now on (ValueError naming the file if it does not load)."""
+    global _loaded_table
     lib.load_table(str(path))
+    _loaded_table = str(path)
 
 
 def table_info():
-    """The routing table in use: {"default_path", "entries", "stamp", "load_error"}."""
-    return json.loads(str(lib.table_info()))
+    """The routing table in use: {"path", "entries", "stamp", "load_error"}."""
+    info = json.loads(str(lib.table_info()))
+    info["path"] = _loaded_table or info.pop("default_path")
+    info.pop("default_path", None)
+    return info

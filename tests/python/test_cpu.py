@@ -17,6 +17,7 @@ def test_version_and_table():
     assert info["load_error"] == ""
     assert info["entries"] > 100
     assert info["stamp"]["gpu"] == "NVIDIA H200"
+    assert info["path"].endswith("h200.json")
 
 
 def test_explain_names_source_and_choice():
@@ -41,6 +42,7 @@ def test_load_table_errors_name_the_file(tmp_path):
         fp8route.load_table(bad)
     assert fp8route.table_info()["load_error"] == ""  # the table in use stays
     fp8route.load_table(os.path.join(ROOT, "routes", "h200.json"))
+    assert fp8route.table_info()["path"] == os.path.join(ROOT, "routes", "h200.json")
 
 
 @pytest.mark.parametrize("layout,tokens,want_s", [
