@@ -1,28 +1,42 @@
 #!/usr/bin/env bash
-# Copies the built binaries (tool, benchmarks, test suites) of build/release into build/gpu, small
-# enough to carry to the GPU machine (the whole build tree, CUTLASS objects included, is not).
+# Copies built binaries of build/release into build/gpu, small enough to carry to the GPU machine
+# (the whole build tree, CUTLASS objects included, is not; the carry limit is 64 MiB with the tree).
+# FP8ROUTE_STAGE picks what (default "tools tests python"):
+#   tools    fp8route, gemm_bench, quant_bench
+#   tests    the GoogleTest binaries (FP8ROUTE_STAGE_TESTS="test_gemm test_linear" picks some)
+#   python   the Python package's native module and a tvm-ffi wheel for the GPU machine's Python 3.12
+#            (it has no registry; run_tests_direct.sh installs the wheel into build/gpu/pylib there)
+# Each binary links the whole static library (~5-6 MB stripped); all of them with the tree come
+# close to the limit, so a call that needs only some stages only those.
 # There: FP8ROUTE_PRESET=gpu scripts/gpu_check.sh (or scripts/run_tests_direct.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 src="$root/build/${FP8ROUTE_PRESET:-release}"
 dst="$root/build/gpu"
+what="${FP8ROUTE_STAGE:-tools tests python}"
 rm -rf "$dst"
 mkdir -p "$dst/tests"
-cp "$src"/tests/test_* "$dst/tests/"
-rm -f "$dst"/tests/*.xml
-for b in fp8route gemm_bench quant_bench; do cp "$src/$b" "$dst/"; done
-# The Python package: the native module and a tvm-ffi wheel for the GPU machine's Python 3.12 (it has
-# no registry); run_tests_direct.sh installs the wheel into build/gpu/pylib there.
-if [ -f "$src/python/fp8route/_fp8route_ffi.so" ]; then
-  mkdir -p "$dst/python/fp8route"
-  cp "$src/python/fp8route/_fp8route_ffi.so" "$dst/python/fp8route/"
-  strip "$dst/python/fp8route/_fp8route_ffi.so"
-  mkdir -p "$root/build/wheels"
-  ls "$root"/build/wheels/apache_tvm_ffi-*cp312*.whl >/dev/null 2>&1 || "$root/build/venv/bin/python" -m pip download -q \
-    "apache-tvm-ffi==0.1.15.post2" --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64 \
-    --no-deps -d "$root/build/wheels"
-  cp "$root"/build/wheels/apache_tvm_ffi-*cp312*.whl "$dst/python/"
-fi
-# Symbols are not needed there; stripped, the binaries leave room under the carry limit for the tree.
-strip "$dst"/fp8route "$dst"/gemm_bench "$dst"/quant_bench "$dst"/tests/test_*
+for part in $what; do
+  case "$part" in
+    tools)
+      for b in fp8route gemm_bench quant_bench; do cp "$src/$b" "$dst/"; strip "$dst/$b"; done ;;
+    tests)
+      for t in ${FP8ROUTE_STAGE_TESTS:-$(cd "$src/tests" && ls test_* | grep -v '\.xml$')}; do
+        cp "$src/tests/$t" "$dst/tests/"; strip "$dst/tests/$t"
+      done ;;
+    python)
+      if [ -f "$src/python/fp8route/_fp8route_ffi.so" ]; then
+        mkdir -p "$dst/python/fp8route" "$root/build/wheels"
+        cp "$src/python/fp8route/_fp8route_ffi.so" "$dst/python/fp8route/"
+        strip "$dst/python/fp8route/_fp8route_ffi.so"
+        ls "$root"/build/wheels/apache_tvm_ffi-*cp312*.whl >/dev/null 2>&1 || "$root/build/venv/bin/python" -m pip \
+          download -q "apache-tvm-ffi==0.1.15.post2" --python-version 3.12 --only-binary=:all: \
+          --platform manylinux_2_28_x86_64 --no-deps -d "$root/build/wheels"
+        cp "$root"/build/wheels/apache_tvm_ffi-*cp312*.whl "$dst/python/"
+      else
+        echo "stage_gpu: no Python module in $src/python/fp8route (tvm_ffi missing from the venv?)" >&2
+      fi ;;
+    *) echo "stage_gpu: unknown part '$part' (tools, tests, python)" >&2; exit 2 ;;
+  esac
+done
 du -sh "$dst"
