@@ -140,8 +140,8 @@ Router Router::from_file(const std::string& path, SupportsFn supports) {
   }
 }
 
-// The entries of p's scale kind, nearest first: p's out dtype before the other, then by how far M lies above the entry's
-// largest measured M, then by (log N, log K). The first key keeps decode-only entries (measured to
+// The entries of p's scale kind, nearest first: p's out dtype before the other, then by how far M
+// lies above the entry's largest measured M, then by (log N, log K). The first key keeps decode-only entries (measured to
 // M = 64) from routing M = 4096 to a swap-AB decode config, 2-5x slower than the entries measured
 // there (held-out test, 2026-11-30 H200 data). A linear scan: a table holds a few hundred entries.
 std::vector<const TableEntry*> Router::nearest_entries(const GemmProblem& p, size_t count) const {
@@ -171,7 +171,7 @@ const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source
 
 // Candidates for a shape the table does not have, best first: over the kBlendEntries nearest entries,
 // each (backend, config) scored by the geometric mean of its time relative to that entry's best at
-// the entry's nearest measured M (a config an entry did not measure counts as 2x). A config that is
+// the entry's measured M nearest to M x N / N' (a config an entry did not measure counts as 2x). A config that is
 // good on all neighbours beats one that won narrowly on the closest.
 std::vector<std::pair<std::string, std::string>> Router::blend_nearest(const GemmProblem& p) const {
   constexpr double kUnmeasured = 2.0;
@@ -255,6 +255,7 @@ Route Router::select(const GemmProblem& p) const {
   std::string skipped;
   if (e) {
     const Breakpoint& bp = breakpoint_for(*e, p.m);
+    const auto [lo, hi] = measured_around(*e, p.m);
     const std::vector<std::pair<std::string, std::string>> candidates = this->candidates(p);
     for (size_t i = 0; i < candidates.size(); ++i) {
       const auto& [backend, config] = candidates[i];
@@ -269,10 +270,9 @@ Route Router::select(const GemmProblem& p) const {
             source == Route::Source::nearest
                 ? "nearest entries (closest " + entry_name(*e) + "), rank " + std::to_string(i + 1) +
                       " by geomean time relative to each entry's best at its nearest measured M"
-                : measured_around(*e, p.m).first > 0
+                : lo > 0
                 ? std::string(name(source)) + " entry " + entry_name(*e) + ", rank " + std::to_string(i + 1) +
-                      " by time interpolated between m=" + std::to_string(measured_around(*e, p.m).first) +
-                      " and m=" + std::to_string(measured_around(*e, p.m).second)
+                      " by time interpolated between m=" + std::to_string(lo) + " and m=" + std::to_string(hi)
                 : std::string(name(source)) + " entry " + entry_name(*e) +
                       (i == 0 ? ", breakpoint m <= " + std::to_string(bp.max_m)
                               : ", measured rank " + std::to_string(i) + " at m=" +
