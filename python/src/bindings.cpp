@@ -28,6 +28,7 @@
 #include "fp8route/quant_layout.h"
 #include "fp8route/route.h"
 #include "fp8route/version.h"
+#include "route/stamp_json.h"
 
 namespace {
 
@@ -218,13 +219,10 @@ void load_table(String path) {
 String table_info() {
   return guarded([&] {
     const auto r = fp8route::default_router();
-    const fp8route::TableStamp& s = r->table().stamp;
     nlohmann::json j = {{"default_path", fp8route::default_table_path()},
                         {"entries", r->table().entries.size()},
                         {"load_error", r->load_error()},
-                        {"stamp",
-                         {{"gpu", s.gpu}, {"sm_count", s.sm_count}, {"cuda", s.cuda}, {"cublaslt", s.cublaslt},
-                          {"fp8route", s.fp8route}, {"date", s.date}}}};
+                        {"stamp", r->table().stamp}};
     return String(j.dump());
   });
 }

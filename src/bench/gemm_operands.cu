@@ -86,10 +86,9 @@ GemmOperandSets make_gemm_operands(const GemmProblem& p, int sets, uint64_t seed
 
 Measurement measure_gemm(const GemmOperandSets& o, const std::string& backend, const std::string& config,
                          const MeasureOptions& opt) {
-  if (backend.empty())
-    return measure([&](int set, cudaStream_t s) { scaled_mm(o.args[set], s); }, static_cast<int>(o.args.size()), opt);
-  return measure([&](int set, cudaStream_t s) { scaled_mm(o.args[set], backend, config, s); },
-                 static_cast<int>(o.args.size()), opt);
+  Measurement m = measure_gemms(o, {{backend, config}}, opt)[0];
+  FP8ROUTE_CHECK_CAT(m.error.empty(), ErrorCategory::cuda_error, m.error);  // as measure() reports it
+  return m;
 }
 
 std::vector<Measurement> measure_gemms(const GemmOperandSets& o,

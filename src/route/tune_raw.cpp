@@ -7,6 +7,7 @@
 
 #include "fp8route/error.h"
 #include "fp8route/route.h"
+#include "route/stamp_json.h"
 
 namespace fp8route {
 
@@ -24,10 +25,7 @@ TuneRawFile read_tune_raw(const std::string& path) {
       if (!line.empty()) {
         const nlohmann::json j = nlohmann::json::parse(line);
         if (j.contains("stamp")) {
-          const nlohmann::json& s = j.at("stamp");
-          raw.stamp = TableStamp{s.at("gpu").get<std::string>(), s.at("sm_count").get<int>(),
-                                 s.at("cuda").get<std::string>(), s.at("cublaslt").get<std::string>(),
-                                 s.at("fp8route").get<std::string>(), s.at("date").get<std::string>()};
+          raw.stamp = j.at("stamp").get<TableStamp>();
         } else {
           const TuneRawFile::Problem key{parse_scale_kind(j.at("scale").get<std::string>()),
                                          parse_dtype(j.at("out").get<std::string>(), "out"),

@@ -12,10 +12,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,6 +25,7 @@
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
+#include "route/stamp_json.h"
 #include "workload.h"
 
 namespace fp8route::cli {
@@ -68,10 +67,7 @@ int run_tune(const TuneOptions& opt) {
     std::printf("warning: %s was started on %s (%s); resuming here mixes two machines' timings (--fresh starts over)\n",
                 raw.c_str(), st.stamp->gpu.c_str(), st.stamp->date.c_str());
   if (opt.fresh || !st.stamp) {
-    const TableStamp s = stamp_this_machine();
-    out << nlohmann::json{{"stamp", {{"gpu", s.gpu}, {"sm_count", s.sm_count}, {"cuda", s.cuda}, {"cublaslt", s.cublaslt},
-                                     {"fp8route", s.fp8route}, {"date", s.date}}}}.dump()
-        << "\n";
+    out << nlohmann::json{{"stamp", stamp_this_machine()}}.dump() << "\n";
   }
 
   const size_t total = w.layers.size() * w.m_grid.size() * w.scales.size();
