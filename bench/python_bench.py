@@ -104,7 +104,10 @@ def main():
     records = []
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, fp8route {fp8route.__version__}")
     print(f"{'layer':32} {'M':>5} {'op':28} {'fp8route us':>12} {'torch us':>10} {'torch.compile us':>17} {'speed-up':>9}")
-    compiled_linear = torch.compile(torch_fp8_linear)
+    # One compiled graph per problem shape (static shapes, as an engine's captured decode/prefill
+    # graphs are), so raise the recompile limit above the number of problems.
+    torch._dynamo.config.cache_size_limit = 256
+    compiled_linear = torch.compile(torch_fp8_linear, dynamic=False)
     for label, n, k in layers(args.model, args.tp):
         for m in map(int, args.m.split(",")):
             sets = rotation_sets(m * k + n * k + 2 * m * n)

@@ -2,8 +2,8 @@
 
 torch.ops.fp8route.scaled_mm, .per_token_group_quant, .per_token_quant and .linear are custom ops with
 fake (meta) implementations, so torch.compile traces them without running them and CUDA graphs
-capture them like any op (call each shape once before capture: the first call on a stream sets up
-per-stream workspaces)."""
+capture them like any op (a first call under capture allocates its per-stream workspace in relaxed
+capture mode, as PyTorch's allocator does)."""
 from typing import Optional, Tuple
 
 import torch

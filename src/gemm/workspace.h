@@ -20,7 +20,8 @@ namespace fp8route::gemm {
 // One buffer per (device, stream): GEMMs of two streams overlap on the GPU and would race on a
 // shared one (cuBLASLt's workspace is kept the same way). It only grows, and a buffer it outgrows
 // is kept, not freed: a CUDA graph captured earlier still points at it. Growth at least doubles, so
-// the kept buffers total less than the live one.
+// the kept buffers total less than the live one. A first call (or a larger problem) under CUDA graph
+// capture allocates too.
 class Workspaces {
  public:
   // what: the noun of the error message; zero_new: a new buffer is zero-filled on the stream
@@ -32,18 +33,14 @@ class Workspaces {
     std::lock_guard<std::mutex> lock(mu_);
     Buffer& b = live_[{device, reinterpret_cast<uintptr_t>(stream)}];
     if (bytes <= b.bytes) return b.ptr;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    FP8ROUTE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    FP8ROUTE_CHECK_CAT(capture == cudaStreamCaptureStatusNone, ErrorCategory::unsupported,
-                       who << ": needs a " << bytes << "-byte " << what_ << " on device " << device
-                           << ", larger than the " << b.bytes
-                           << " bytes allocated so far, and cannot allocate under CUDA graph capture: "
-                              "run this problem once outside capture first");
     constexpr size_t kGranule = size_t{1} << 20;
     const size_t size = (std::max(bytes, 2 * b.bytes) + kGranule - 1) / kGranule * kGranule;
     void* ptr = nullptr;
-    // Relaxed capture mode for this thread: this stream is not capturing, and the allocation must
-    // not invalidate a global-mode capture another thread has under way.
+    // Relaxed capture mode for this thread, so that the allocation is legal while this stream (or
+    // another thread's) is capturing: cudaMalloc is not a stream operation and is not recorded in
+    // the graph; the buffer outlives every graph that uses it (it is never freed). PyTorch's caching
+    // allocator allocates under capture the same way. Under capture the zero fill below is recorded
+    // instead of run, and then runs before every replay's kernels: still zero at first use.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     FP8ROUTE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     const cudaError_t e = cudaMalloc(&ptr, size);

@@ -25,8 +25,8 @@
 // Caching (nothing below is created per call in the steady state; the process owns it for life):
 // - per device: one cublasLtHandle;
 // - per (device, stream): one workspace. Not one per device: GEMMs of two streams overlap on the
-//   GPU and would race on a shared workspace (split-K partials live there). The first call on a
-//   stream must be made outside CUDA graph capture, which cannot allocate it.
+//   GPU and would race on a shared workspace (split-K partials live there). Allocated on the
+//   stream's first call, under CUDA graph capture too.
 // - per problem key (device, M, N, K, lda, ldb, ldo, scale kind and vector flags, out dtype, bias):
 //   a Plan with the matmul descriptor, the layouts and the top kAlgos heuristic algorithms; config
 //   "heuristicN" runs the N-th ranked one, so one Plan serves every config.
@@ -221,12 +221,6 @@ cublasLtHandle_t handle_locked(State& st, int device) {
 void* workspace_locked(State& st, int device, cudaStream_t stream, const GemmProblem& p) {
   const std::pair<int, uintptr_t> key(device, reinterpret_cast<uintptr_t>(stream));
   if (auto it = st.workspaces.find(key); it != st.workspaces.end()) return it->second;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  FP8ROUTE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  FP8ROUTE_CHECK_CAT(capture == cudaStreamCaptureStatusNone, ErrorCategory::unsupported,
-                     "cublaslt: first call on this stream is under CUDA graph capture, which cannot "
-                     "allocate the stream's workspace; make one call (any problem) on the stream "
-                     "before capturing. Problem: " << to_string(p));
   size_t on_device = 0;
   for (const auto& [k, ws] : st.workspaces) on_device += k.first == device;
   FP8ROUTE_CHECK_CAT(on_device < kMaxStreamsPerDevice, ErrorCategory::unsupported,
@@ -234,8 +228,9 @@ void* workspace_locked(State& st, int device, cudaStream_t stream, const GemmPro
                                   << " MiB workspace on device " << device
                                   << " (kept for the process); reuse streams instead of creating one "
                                      "per call");
-  // Relaxed capture mode for this thread: this stream is not capturing, and the allocation must not
-  // invalidate a global-mode capture another thread has under way.
+  // Relaxed capture mode for this thread: legal while this stream or another thread's is capturing
+  // (a first call under CUDA graph capture, as torch.cuda.graph's own capture stream makes); the
+  // allocation is not recorded in the graph, and the buffer is never freed.
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   FP8ROUTE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   void* ws = nullptr;
