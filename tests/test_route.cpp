@@ -331,6 +331,24 @@ TEST(Route, BreakpointsAndNearest) {
   EXPECT_NE(fb.why.find("not today"), std::string::npos) << fb.why;
 }
 
+// cuBLASLt's heuristicN names another algorithm at another M: it wins only at the M it was
+// measured at, never between measured M or beyond them.
+TEST(Route, HeuristicNOnlyAtItsMeasuredM) {
+  const std::string text = replaced(replaced(std::string(kGood), "[4096, \"cublaslt\", \"heuristic\", 100.0]",
+                                             "[4096, \"cublaslt\", \"heuristic\", 130.0], "
+                                             "[4096, \"cublaslt\", \"heuristic2\", 100.0], "
+                                             "[16, \"cublaslt\", \"heuristic2\", 9.0]"),
+                                    "[4096, \"cublaslt\", \"heuristic\"]]", "[4096, \"cublaslt\", \"heuristic2\"]]");
+  const Router r(load_routing_table(temp_file("heuristic2.json", text)),
+                 [](std::string_view, std::string_view, const GemmProblem&) { return std::string(); });
+  EXPECT_EQ(r.select(make_problem(4096, 4096, 4096, ScaleKind::row)).config, "heuristic2");  // measured here
+  const Route above = r.select(make_problem(8192, 4096, 4096, ScaleKind::row));
+  EXPECT_EQ(above.config, "heuristic") << above.why;  // cuBLASLt's own pick, next fastest at 4096
+  EXPECT_NE(above.why.find("outside the measured range"), std::string::npos) << above.why;
+  EXPECT_EQ(r.select(make_problem(64, 4096, 4096, ScaleKind::row)).backend, "cutlass_sm90");
+  EXPECT_EQ(r.select(make_problem(2000, 4096, 4096, ScaleKind::row)).config, "heuristic");
+}
+
 // Acceptance: explain names the source and why candidates were skipped. align = 8 rules out every
 // fast backend (they need 16-byte TMA / cuBLASLt FP8 alignment), whatever the machine.
 TEST(Route, ExplainShowsSourceAndSkips) {

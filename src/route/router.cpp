@@ -65,8 +65,16 @@ std::pair<int64_t, int64_t> measured_around(const TableEntry& e, int64_t m) {
   return lo > 0 && hi > 0 ? std::make_pair(lo, hi) : std::make_pair(int64_t{0}, int64_t{0});
 }
 
-// Candidates for an M between two measured M, best first: every config measured at both, ranked by
-// its time interpolated linearly in (log M, log time); then the rest measured at hi. On the H200
+// cuBLASLt's "heuristicN" is the N-th algorithm its heuristic ranks for one problem: at another M
+// (or another shape) it names another algorithm, so its time does not carry over. Only cuBLASLt's
+// own first choice ("heuristic") and our fixed configs do.
+bool carries_over(const std::string& backend, const std::string& config) {
+  return backend != "cublaslt" || config == "heuristic";
+}
+
+// Candidates for an M between two measured M, best first: every config measured at both (that
+// carries over to another M), ranked by its time interpolated linearly in (log M, log time); then
+// the rest measured at hi. On the H200
 // data, with each interior measured M held out in turn, this loses 3.6% geomean to the best against
 // 5.5% for taking the choice of the next measured M (test_route, HeldOutMInterpolates).
 std::vector<std::pair<std::string, std::string>> interpolated(const TableEntry& e, int64_t m, int64_t lo, int64_t hi) {
@@ -79,7 +87,7 @@ std::vector<std::pair<std::string, std::string>> interpolated(const TableEntry& 
     }
   std::vector<std::pair<double, std::pair<std::string, std::string>>> scored;
   for (const auto& [c, t] : at)
-    if (!std::isnan(t.first) && !std::isnan(t.second)) scored.push_back({(1 - w) * t.first + w * t.second, c});
+    if (!std::isnan(t.first) && !std::isnan(t.second) && carries_over(c.first, c.second)) scored.push_back({(1 - w) * t.first + w * t.second, c});
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::pair<std::string, std::string>> out;
   for (auto& [score, c] : scored) out.push_back(c);
@@ -184,9 +192,7 @@ std::vector<std::pair<std::string, std::string>> Router::blend_nearest(const Gem
     const double m_same_output = double(p.m) * double(p.n) / double(e->n);
     const std::vector<const Measured*> ranked = ranked_at(*e, nearest_measured_m(*e, m_same_output));
     for (const Measured* r : ranked) {
-      // cuBLASLt's "heuristicN" is the N-th algorithm its heuristic ranks for that shape: another
-      // algorithm on another shape. Only its own first choice ("heuristic") carries over.
-      if (r->backend == "cublaslt" && r->config != "heuristic") continue;
+      if (!carries_over(r->backend, r->config)) continue;
       rel[{r->backend, r->config}].push_back(r->us / ranked[0]->us);
     }
   }
@@ -240,8 +246,17 @@ std::vector<std::pair<std::string, std::string>> Router::candidates(const GemmPr
   // Exact, M between two measured M: interpolated (below).
   const auto [lo, hi] = measured_around(*e, p.m);
   if (lo > 0 && hi > 0) return interpolated(*e, p.m, lo, hi);
-  // Exact, M measured (or outside the measured range): the breakpoint's choice, then the others
-  // measured at the nearest M, fastest first.
+  // Exact, M outside the measured range: the configs measured at the nearest M that carry over,
+  // fastest first, then the others.
+  const int64_t near_m = nearest_measured_m(*e, p.m);
+  if (near_m != p.m) {
+    const std::vector<const Measured*> ranked = ranked_at(*e, near_m);
+    for (bool carry : {true, false})
+      for (const Measured* r : ranked)
+        if (carries_over(r->backend, r->config) == carry) out.emplace_back(r->backend, r->config);
+    return out;
+  }
+  // Exact, M measured: the breakpoint's choice, then the others measured there, fastest first.
   const Breakpoint& bp = breakpoint_for(*e, p.m);
   out.emplace_back(bp.backend, bp.config);
   for (const Measured* r : ranked_at(*e, nearest_measured_m(*e, p.m)))
@@ -273,10 +288,14 @@ Route Router::select(const GemmProblem& p) const {
                 : lo > 0
                 ? std::string(name(source)) + " entry " + entry_name(*e) + ", rank " + std::to_string(i + 1) +
                       " by time interpolated between m=" + std::to_string(lo) + " and m=" + std::to_string(hi)
+                : nearest_measured_m(*e, p.m) != p.m
+                ? std::string(name(source)) + " entry " + entry_name(*e) + ", m outside the measured range: rank " +
+                      std::to_string(i + 1) + " at the nearest measured m=" +
+                      std::to_string(nearest_measured_m(*e, p.m)) + " (cuBLASLt heuristic1..3 last: another M, " +
+                      "another algorithm)"
                 : std::string(name(source)) + " entry " + entry_name(*e) +
                       (i == 0 ? ", breakpoint m <= " + std::to_string(bp.max_m)
-                              : ", measured rank " + std::to_string(i) + " at m=" +
-                                    std::to_string(nearest_measured_m(*e, p.m)));
+                              : ", measured rank " + std::to_string(i) + " at m=" + std::to_string(p.m));
         return {backend, config, source, how + (skipped.empty() ? "" : " (skipped " + skipped + ")")};
       }
       skipped += (skipped.empty() ? "" : "; ") + backend + "/" + config + ": " + why;
