@@ -94,6 +94,18 @@ def layers(model, tp):
         yield f'{model}/{l["name"]} tp{tp}', n, k
 
 
+def summarize(records):
+    """Speed-up of fp8route over the faster torch way per op and M band (geometric mean, min-max)."""
+    print("\nSpeed-up of fp8route over the best torch way (geometric mean, min-max; decode M <= 16, middle, prefill >= 1024)")
+    groups = {}
+    for r in records:
+        band = "decode" if r["m"] <= 16 else "middle" if r["m"] < 1024 else "prefill"
+        groups.setdefault((r["op"], band), []).append(r["speedup_vs_best_torch"])
+    for (op, band), v in sorted(groups.items()):
+        gm = math.exp(sum(map(math.log, v)) / len(v))
+        print(f"  {op:20} {band:8} n={len(v):3d}  {gm:.3f}x ({min(v):.3f}-{max(v):.3f})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="llama-3.1-8b")
@@ -141,6 +153,7 @@ def main():
                                 "torch_us": theirs, "torch_compile_us": comp, "speedup_vs_best_torch": best / ours})
             del layers_fp8, a, b, x
             torch.cuda.empty_cache()
+    summarize(records)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)
