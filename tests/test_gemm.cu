@@ -468,6 +468,32 @@ TEST(LinearPlanGpu, RunsTheReportedRouteWithItsScaleForm) {
 
 // ---- determinism and CUDA-graph replay -----------------------------------------------------------
 
+// Captures scaled_mm(prob's args, b, c) on `stream` in `mode` (output poisoned first), replays it
+// `reps` times and expects the bytes `want` (a direct run's output).
+void expect_graph_replays(Problem& prob, const std::string& b, const std::string& c, cudaStream_t stream,
+                          cudaStreamCaptureMode mode, int reps, const std::vector<uint8_t>& want,
+                          const std::string& what) {
+  const int64_t bytes = static_cast<int64_t>(want.size());
+  EXPECT_EQ(cudaMemset(prob.args().out.data, 0xFF, bytes), cudaSuccess);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, mode), cudaSuccess);
+  std::string error;
+  try {
+    scaled_mm(prob.args(), b, c, stream);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << prob.repro(b, c);
+  ASSERT_EQ(error, "") << prob.repro(b, c);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int rep = 0; rep < reps; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_TRUE(test::bytes_equal(download(prob.args().out.data, bytes), want, (what + prob.repro(b, c)).c_str()));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 TEST(GemmBackends, DeterministicAndGraphCapturable) {
   FP8ROUTE_REQUIRE_SM90();
   cudaStream_t stream;
@@ -484,20 +510,8 @@ TEST(GemmBackends, DeterministicAndGraphCapturable) {
           // First on the same stream outside capture: one-time set-up (workspaces) happens here.
           const Result first = prob.run(b, c, stream);
           expect_good(first, false, prob.repro(b, c));
-          const auto y1 = download(prob.args().out.data, bytes);
-          EXPECT_EQ(cudaMemset(prob.args().out.data, 0xFF, bytes), cudaSuccess);
-          cudaGraph_t graph;
-          cudaGraphExec_t exec;
-          ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-          scaled_mm(prob.args(), b, c, stream);
-          ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << prob.repro(b, c);
-          ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-          for (int rep = 0; rep < 2; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-          EXPECT_TRUE(test::bytes_equal(download(prob.args().out.data, bytes), y1,
-                                        ("graph replay vs direct run: " + prob.repro(b, c)).c_str()));
-          cudaGraphExecDestroy(exec);
-          cudaGraphDestroy(graph);
+          expect_graph_replays(prob, b, c, stream, cudaStreamCaptureModeThreadLocal, 2,
+                               download(prob.args().out.data, bytes), "graph replay vs direct run: ");
         }
     }
   }
@@ -522,26 +536,8 @@ TEST(GemmBackends, FirstCallOnAStreamUnderCapture) {
         if (!gemm_supports(b, c, p).empty()) continue;
         const Result direct = prob.run(b, c);  // the legacy default stream
         expect_good(direct, false, prob.repro(b, c));
-        const auto want = download(prob.args().out.data, bytes);
-        EXPECT_EQ(cudaMemset(prob.args().out.data, 0xFF, bytes), cudaSuccess);
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-        std::string error;
-        try {
-          scaled_mm(prob.args(), b, c, stream);
-        } catch (const std::exception& e) {
-          error = e.what();
-        }
-        ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << prob.repro(b, c);
-        ASSERT_EQ(error, "") << prob.repro(b, c);
-        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        EXPECT_TRUE(test::bytes_equal(download(prob.args().out.data, bytes), want,
-                                      ("first call under capture vs direct run: " + prob.repro(b, c)).c_str()));
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
+        expect_graph_replays(prob, b, c, stream, cudaStreamCaptureModeGlobal, 1,
+                             download(prob.args().out.data, bytes), "first call under capture vs direct run: ");
       }
       cudaStreamDestroy(stream);
     }
