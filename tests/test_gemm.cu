@@ -519,9 +519,10 @@ TEST(GemmBackends, DeterministicAndGraphCapturable) {
 }
 
 // The first call of every backend on a stream may itself be under capture (torch.cuda.graph
-// captures on a stream of its own): its one-time set-up (workspaces) allocates in relaxed mode and
-// the graph replays to the same bytes as a direct run on another stream. Global capture mode, as
-// PyTorch uses, so an allocation that was not legal under capture would fail the capture.
+// captures on a stream of its own): its one-time set-up (workspaces) allocates in relaxed mode, the
+// graph replays correctly, and a later direct call on the same stream (which reuses the workspace,
+// zero-filled counters included) gives the same bytes. Global capture mode, as PyTorch uses, so an
+// allocation that was not legal under capture would fail the capture.
 TEST(GemmBackends, FirstCallOnAStreamUnderCapture) {
   FP8ROUTE_REQUIRE_SM90();
   uint64_t idx = 4000;
@@ -529,18 +530,21 @@ TEST(GemmBackends, FirstCallOnAStreamUnderCapture) {
     GemmProblem p = make_problem(64, 4096, 14336 / 8, kind, DType::bf16, false);
     Problem prob(p, false, case_seed(++idx));
     const int64_t bytes = p.m * p.n * 2;
-    for (const std::string& b : gemm_backends()) {
-      cudaStream_t stream;  // new per backend: its first call on this stream is the captured one
-      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    for (const std::string& b : gemm_backends())
       for (const std::string& c : gemm_configs(b)) {
         if (!gemm_supports(b, c, p).empty()) continue;
-        const Result direct = prob.run(b, c);  // the legacy default stream
-        expect_good(direct, false, prob.repro(b, c));
-        expect_graph_replays(prob, b, c, stream, cudaStreamCaptureModeGlobal, 1,
-                             download(prob.args().out.data, bytes), "first call under capture vs direct run: ");
+        cudaStream_t stream;  // new per config: its first call on this stream is the captured one
+        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+        const Result reference = prob.run(b, c);  // the legacy default stream, against the reference
+        expect_good(reference, false, prob.repro(b, c));
+        const std::vector<uint8_t> want = download(prob.args().out.data, bytes);
+        expect_graph_replays(prob, b, c, stream, cudaStreamCaptureModeGlobal, 2, want,
+                             "first call under capture vs direct run: ");
+        expect_good(prob.run(b, c, stream), false, prob.repro(b, c) + " (direct, after the capture)");
+        EXPECT_TRUE(test::bytes_equal(download(prob.args().out.data, bytes), want,
+                                      ("direct run on the captured stream: " + prob.repro(b, c)).c_str()));
+        ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
       }
-      cudaStreamDestroy(stream);
-    }
   }
 }
 

@@ -24,8 +24,8 @@ namespace fp8route::gemm {
 // capture allocates too.
 class Workspaces {
  public:
-  // what: the noun of the error message; zero_new: a new buffer is zero-filled on the stream
-  // before first use (flags that the kernels leave at zero when they finish).
+  // what: the noun of the error message; zero_new: a new buffer is zero-filled before get()
+  // returns (flags that the kernels leave at zero when they finish).
   explicit Workspaces(const char* what = "stream-K workspace", bool zero_new = false)
       : what_(what), zero_new_(zero_new) {}
 
@@ -39,14 +39,26 @@ class Workspaces {
     // Relaxed capture mode for this thread, so that the allocation is legal while this stream (or
     // another thread's) is capturing: cudaMalloc is not a stream operation and is not recorded in
     // the graph; the buffer outlives every graph that uses it (it is never freed). PyTorch's caching
-    // allocator allocates under capture the same way. Under capture the zero fill below is recorded
-    // instead of run, and then runs before every replay's kernels: still zero at first use.
+    // allocator allocates under capture the same way. The zero fill runs now, on a private stream
+    // the host waits for: on `stream` under capture it would only be recorded, and a later call
+    // outside the graph would find the buffer not zeroed.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     FP8ROUTE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    const cudaError_t e = cudaMalloc(&ptr, size);
+    cudaError_t e = cudaMalloc(&ptr, size);
+    const char* step = "allocate";
+    if (e == cudaSuccess && zero_new_) {
+      cudaStream_t& z = zero_streams_[device];
+      step = "zero";
+      if (z == nullptr) e = cudaStreamCreateWithFlags(&z, cudaStreamNonBlocking);
+      if (e == cudaSuccess) e = cudaMemsetAsync(ptr, 0, size, z);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(z);
+      if (e != cudaSuccess) cudaFree(ptr), ptr = nullptr;
+    }
     FP8ROUTE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    FP8ROUTE_CUDA_CHECK(e);
-    if (zero_new_) FP8ROUTE_CUDA_CHECK(cudaMemsetAsync(ptr, 0, size, stream));
+    if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky: leave no error for the next call
+    FP8ROUTE_CHECK_CAT(e == cudaSuccess, ErrorCategory::cuda_error,
+                       who << ": cannot " << step << " a " << size << "-byte " << what_ << " on device " << device
+                           << ": " << cudaGetErrorName(e) << " (" << cudaGetErrorString(e) << ")");
     if (b.ptr) kept_.push_back(b.ptr);
     b = {ptr, size};
     return ptr;
@@ -62,6 +74,7 @@ class Workspaces {
   std::mutex mu_;
   std::map<std::pair<int, uintptr_t>, Buffer> live_;
   std::vector<void*> kept_;
+  std::map<int, cudaStream_t> zero_streams_;  // per device, for the zero fill; never destroyed
 };
 
 }  // namespace fp8route::gemm
