@@ -6,7 +6,7 @@
 #   tests    the GoogleTest binaries (FP8ROUTE_STAGE_TESTS="test_gemm test_linear" picks some)
 #   python   the Python package's native module and a tvm-ffi wheel for the GPU machine's Python 3.12
 #            (it has no registry; run_tests_direct.sh installs the wheel into build/gpu/pylib there)
-# With the shared library (default) everything staged is small; with a static build each binary
+# With the shared library (-DFP8ROUTE_SHARED=ON, off by default) everything staged is small; with the default static build each binary
 # carries the whole library (~5-6 MB stripped) and a call may need to stage only some parts.
 # There: FP8ROUTE_PRESET=gpu scripts/gpu_check.sh (or scripts/run_tests_direct.sh).
 set -euo pipefail
@@ -16,7 +16,7 @@ dst="$root/build/gpu"
 what="${FP8ROUTE_STAGE:-tools tests python}"
 rm -rf "$dst"
 mkdir -p "$dst/tests"
-# The shared library (FP8ROUTE_SHARED, the default): the binaries find it through $ORIGIN-relative
+# The shared library (-DFP8ROUTE_SHARED=ON): the binaries find it through $ORIGIN-relative
 # paths, so it goes where it sits in the build tree, next to the tool.
 if [ -f "$src/libfp8route.so" ]; then cp "$src/libfp8route.so" "$dst/"; strip "$dst/libfp8route.so"; fi
 for part in $what; do
