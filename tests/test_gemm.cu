@@ -180,7 +180,8 @@ class Problem {
 
   // Poisons the output, runs backend/config, checks it.
   Result run(const std::string& backend, const std::string& config, cudaStream_t stream = nullptr) {
-    EXPECT_EQ(cudaMemset(args_.out.data, 0xFF, p_.m * ldo_ * 2), cudaSuccess);
+    // On `stream` itself: a non-blocking stream does not wait for the legacy stream's memset.
+    EXPECT_EQ(cudaMemsetAsync(args_.out.data, 0xFF, p_.m * ldo_ * 2, stream), cudaSuccess);
     scaled_mm(args_, backend, config, stream);
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     return check();
@@ -474,7 +475,7 @@ void expect_graph_replays(Problem& prob, const std::string& b, const std::string
                           cudaStreamCaptureMode mode, int reps, const std::vector<uint8_t>& want,
                           const std::string& what) {
   const int64_t bytes = static_cast<int64_t>(want.size());
-  EXPECT_EQ(cudaMemset(prob.args().out.data, 0xFF, bytes), cudaSuccess);
+  EXPECT_EQ(cudaMemsetAsync(prob.args().out.data, 0xFF, bytes, stream), cudaSuccess);  // before the replays
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaStreamBeginCapture(stream, mode), cudaSuccess);
