@@ -49,6 +49,38 @@ int rotation_sets(int64_t bytes_per_call, const MeasureOptions& opt) {
 }
 
 std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, int sets, const MeasureOptions& opt) {
+  if (opt.graph && opt.instances > 1) {
+    // Every op repeated: each copy is captured into a graph of its own and replayed interleaved
+    // with all the others; then the copies' medians are averaged (the expected time of one graph
+    // instance, when instances of one op differ).
+    std::vector<Enqueue> copies;
+    for (const Enqueue& op : ops) copies.insert(copies.end(), static_cast<size_t>(opt.instances), op);
+    MeasureOptions one = opt;
+    one.instances = 1;
+    const std::vector<Measurement> each = measure_interleaved(copies, sets, one);
+    std::vector<Measurement> out(ops.size());
+    for (size_t o = 0; o < ops.size(); ++o) {
+      Measurement& m = out[o];
+      m.min_us = INFINITY;
+      for (int i = 0; i < opt.instances; ++i) {
+        const Measurement& x = each[o * opt.instances + i];
+        if (!x.error.empty()) {
+          m.error = x.error;
+          break;
+        }
+        m.median_us += x.median_us / opt.instances;
+        m.min_us = std::min(m.min_us, x.min_us), m.max_us = std::max(m.max_us, x.max_us);
+        m.sets = x.sets, m.reps = x.reps, m.graph = x.graph;
+      }
+      if (!m.error.empty()) {
+        const std::string error = m.error;
+        m = Measurement{};
+        m.error = error;
+      }
+      m.instances = opt.instances;
+    }
+    return out;
+  }
   // One stream per thread for every measurement: libraries keep per-stream state (cuBLASLt's
   // workspace), which a fresh stream per measurement would multiply.
   thread_local const cudaStream_t stream = [] {

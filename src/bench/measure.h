@@ -22,11 +22,14 @@ struct MeasureOptions {
                            // layer do in a real model)
   bool graph = true;       // false: time plain launches (for ops that cannot be captured)
   bool flush_l2 = true;    // read 2x L2 of another buffer (untimed) before each timed replay
+  int instances = 1;       // > 1: each op captured into this many graphs, all replayed interleaved;
+                           // the op's time is the mean of their medians (a stream-K graph runs at
+                           // one of two speeds for its life, bench/diag/graph_instances.cpp)
 };
 
 struct Measurement {
   double median_us = 0, min_us = 0, max_us = 0;  // per call
-  int sets = 0, reps = 0;
+  int sets = 0, reps = 0, instances = 1;
   bool graph = true;
   std::string error;  // measure_interleaved: why this op could not be run (then not timed)
 };

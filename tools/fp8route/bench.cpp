@@ -186,14 +186,18 @@ int run_bench(const BenchOptions& opt) {
   const size_t total = w.layers.size() * w.m_grid.size() * w.scales.size();
   std::printf("fp8route bench on %s (%d SMs): %s, %zu layers x %zu M x %zu scale kinds = %zu problems, %s out\n"
               "routed = scaled_mm() through the table (%s, %s); each backend alone at its best %s\n"
-              "method: CUDA-graph replay, weights rotated through >= 3x L2, median of %d replays, all of a "
+              "method: CUDA-graph replay, weights rotated through >= 3x L2, median of %d replays%s, all of a "
               "problem interleaved\n\n",
               dev.name.c_str(), dev.sm_count, w.what.c_str(), w.layers.size(), w.m_grid.size(), w.scales.size(), total,
               std::string(dtype_name(w.out)).c_str(), router->table().stamp.gpu.c_str(), router->table().stamp.date.c_str(),
               opt.configs == "all" ? "config (every config timed)" : "configs by the table (+ cuBLASLt's heuristic)",
-              opt.shapes.reps);
+              opt.shapes.reps,
+              opt.shapes.instances > 1
+                  ? (" (mean over " + std::to_string(opt.shapes.instances) + " graph instances)").c_str()
+                  : "");
   bench::MeasureOptions mo;
   mo.reps = opt.shapes.reps;
+  mo.instances = opt.shapes.instances;
   std::vector<Result> results;
   nlohmann::json records = nlohmann::json::array();
   const auto t0 = std::chrono::steady_clock::now();

@@ -32,6 +32,7 @@ struct ShapeOptions {
   std::string out = "bf16";
   std::string catalog;        // "" = shapes/models.json of the project
   int reps = 20;
+  int instances = 1;          // graphs captured per candidate (MeasureOptions::instances)
 };
 
 struct TuneOptions {

@@ -22,6 +22,11 @@ void add_shape_options(CLI::App* cmd, fp8route::cli::ShapeOptions& s, const char
   cmd->add_option("--out", s.out, "output dtype: bf16 or f16")->capture_default_str();
   cmd->add_option("--catalog", s.catalog, "shape catalog (default: shapes/models.json of the project)");
   cmd->add_option("--reps", s.reps, "timed graph replays per measurement (median reported)")->capture_default_str();
+  cmd->add_option("--instances", s.instances,
+                  "capture each candidate into this many CUDA graphs and average their medians (stream-K "
+                  "graphs run at one of two speeds per instance)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
 }
 
 }  // namespace

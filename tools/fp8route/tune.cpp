@@ -79,6 +79,7 @@ int run_tune(const TuneOptions& opt) {
               done.empty() ? "" : (" (resuming: " + std::to_string(done.size()) + " problems already done)").c_str());
   bench::MeasureOptions mo;
   mo.reps = opt.shapes.reps;
+  mo.instances = opt.shapes.instances;
   size_t seen = 0, measured = 0, failures = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (const bench::LayerShape& l : w.layers)
