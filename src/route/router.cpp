@@ -87,7 +87,8 @@ std::vector<std::pair<std::string, std::string>> interpolated(const TableEntry& 
     }
   std::vector<std::pair<double, std::pair<std::string, std::string>>> scored;
   for (const auto& [c, t] : at)
-    if (!std::isnan(t.first) && !std::isnan(t.second) && carries_over(c.first, c.second)) scored.push_back({(1 - w) * t.first + w * t.second, c});
+    if (!std::isnan(t.first) && !std::isnan(t.second) && carries_over(c.first, c.second))
+      scored.push_back({(1 - w) * t.first + w * t.second, c});
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::pair<std::string, std::string>> out;
   for (auto& [score, c] : scored) out.push_back(c);
@@ -259,7 +260,7 @@ std::vector<std::pair<std::string, std::string>> Router::candidates(const GemmPr
   // Exact, M measured: the breakpoint's choice, then the others measured there, fastest first.
   const Breakpoint& bp = breakpoint_for(*e, p.m);
   out.emplace_back(bp.backend, bp.config);
-  for (const Measured* r : ranked_at(*e, nearest_measured_m(*e, p.m)))
+  for (const Measured* r : ranked_at(*e, p.m))
     if (r->backend != bp.backend || r->config != bp.config) out.emplace_back(r->backend, r->config);
   return out;
 }
@@ -271,6 +272,7 @@ Route Router::select(const GemmProblem& p) const {
   if (e) {
     const Breakpoint& bp = breakpoint_for(*e, p.m);
     const auto [lo, hi] = measured_around(*e, p.m);
+    const int64_t near_m = nearest_measured_m(*e, p.m);
     const std::vector<std::pair<std::string, std::string>> candidates = this->candidates(p);
     for (size_t i = 0; i < candidates.size(); ++i) {
       const auto& [backend, config] = candidates[i];
@@ -288,11 +290,10 @@ Route Router::select(const GemmProblem& p) const {
                 : lo > 0
                 ? std::string(name(source)) + " entry " + entry_name(*e) + ", rank " + std::to_string(i + 1) +
                       " by time interpolated between m=" + std::to_string(lo) + " and m=" + std::to_string(hi)
-                : nearest_measured_m(*e, p.m) != p.m
+                : near_m != p.m
                 ? std::string(name(source)) + " entry " + entry_name(*e) + ", m outside the measured range: rank " +
-                      std::to_string(i + 1) + " at the nearest measured m=" +
-                      std::to_string(nearest_measured_m(*e, p.m)) + " (cuBLASLt heuristic1..3 last: another M, " +
-                      "another algorithm)"
+                      std::to_string(i + 1) + " at the nearest measured m=" + std::to_string(near_m) +
+                      " (cuBLASLt heuristic1..3 last: another M, another algorithm)"
                 : std::string(name(source)) + " entry " + entry_name(*e) +
                       (i == 0 ? ", breakpoint m <= " + std::to_string(bp.max_m)
                               : ", measured rank " + std::to_string(i) + " at m=" + std::to_string(p.m));

@@ -218,7 +218,7 @@ cublasLtHandle_t handle_locked(State& st, int device) {
   return h;
 }
 
-void* workspace_locked(State& st, int device, cudaStream_t stream, const GemmProblem& p) {
+void* workspace_locked(State& st, int device, cudaStream_t stream) {
   const std::pair<int, uintptr_t> key(device, reinterpret_cast<uintptr_t>(stream));
   if (auto it = st.workspaces.find(key); it != st.workspaces.end()) return it->second;
   size_t on_device = 0;
@@ -325,7 +325,7 @@ class CublasLtBackend final : public GemmBackend {
     {
       State& st = state();
       const std::lock_guard lock(st.mu);
-      ws = workspace_locked(st, device, stream, p);
+      ws = workspace_locked(st, device, stream);
       handle = handle_locked(st, device);
       plan = plan_locked(st, device, handle, p, ops);
     }
