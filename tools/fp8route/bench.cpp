@@ -195,9 +195,7 @@ int run_bench(const BenchOptions& opt) {
               opt.shapes.instances > 1
                   ? (" (mean over " + std::to_string(opt.shapes.instances) + " graph instances)").c_str()
                   : "");
-  bench::MeasureOptions mo;
-  mo.reps = opt.shapes.reps;
-  mo.instances = opt.shapes.instances;
+  const bench::MeasureOptions mo = measure_options(opt.shapes);
   std::vector<Result> results;
   nlohmann::json records = nlohmann::json::array();
   const auto t0 = std::chrono::steady_clock::now();

@@ -77,9 +77,7 @@ int run_tune(const TuneOptions& opt) {
               dev.name.c_str(), dev.sm_count, w.what.c_str(), w.layers.size(), w.m_grid.size(), w.scales.size(),
               total, raw.c_str(),
               done.empty() ? "" : (" (resuming: " + std::to_string(done.size()) + " problems already done)").c_str());
-  bench::MeasureOptions mo;
-  mo.reps = opt.shapes.reps;
-  mo.instances = opt.shapes.instances;
+  const bench::MeasureOptions mo = measure_options(opt.shapes);
   size_t seen = 0, measured = 0, failures = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (const bench::LayerShape& l : w.layers)

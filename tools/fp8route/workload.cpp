@@ -99,4 +99,11 @@ Workload select_workload(const ShapeOptions& opt, const std::string& default_mod
   return w;
 }
 
+bench::MeasureOptions measure_options(const ShapeOptions& opt) {
+  bench::MeasureOptions mo;
+  mo.reps = opt.reps;
+  mo.instances = opt.instances;
+  return mo;
+}
+
 }  // namespace fp8route::cli

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/measure.h"
 #include "bench/shapes.h"
 #include "commands.h"
 #include "fp8route/dtype.h"
@@ -25,6 +26,9 @@ struct Workload {
 // distinct (n, k), labelled by the first model/layer that has it (tune measures a shape once).
 // Throws Error(invalid_argument) naming the option when a value is bad.
 Workload select_workload(const ShapeOptions& opt, const std::string& default_model, bool dedupe);
+
+// The measurement options of --reps and --instances (the rest at their defaults).
+bench::MeasureOptions measure_options(const ShapeOptions& opt);
 
 // "1,16,4096" -> {1, 16, 4096}; each value must be an integer >= min.
 std::vector<int64_t> parse_int_list(const std::string& s, const char* option, int64_t min = 1);
