@@ -16,7 +16,7 @@
 #include "fp8route/error.h"
 #include "gemm/backend.h"
 #include "gemm/cutlass_sm90/config.h"
-#include "gemm/workspace.h"
+#include "core/workspace.h"
 
 namespace fp8route::gemm {
 namespace cutlass_sm90 {

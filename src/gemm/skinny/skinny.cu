@@ -21,7 +21,7 @@
 #include "fp8route/error.h"
 #include "fp8route/kernels/gemm_skinny.cuh"
 #include "gemm/backend.h"
-#include "gemm/workspace.h"
+#include "core/workspace.h"
 
 namespace fp8route::gemm {
 namespace {

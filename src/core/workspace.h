@@ -1,6 +1,6 @@
 #pragma once
-// Per-(device, stream) scratch buffers of the GEMM backends that need one (stream-K and split-K
-// partials and their flags). Internal to src/gemm.
+// Per-(device, stream) scratch buffers of the kernels that need one: the GEMM backends' stream-K
+// and split-K partials and flags, the dynamic per-tensor quant's amax slot and block counter.
 
 #include <cuda_runtime_api.h>
 
@@ -15,7 +15,7 @@
 #include "core/cuda_check.h"
 #include "fp8route/error.h"
 
-namespace fp8route::gemm {
+namespace fp8route {
 
 // One buffer per (device, stream): GEMMs of two streams overlap on the GPU and would race on a
 // shared one (cuBLASLt's workspace is kept the same way). It only grows, and a buffer it outgrows
@@ -77,4 +77,4 @@ class Workspaces {
   std::map<int, cudaStream_t> zero_streams_;  // per device, for the zero fill; never destroyed
 };
 
-}  // namespace fp8route::gemm
+}  // namespace fp8route
