@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -155,6 +156,14 @@ TEST(GroupQuantGpu, DeterministicAndGraphCapturable) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
+}
+
+// The kernels compute the scale (amax / qmax) and multiplier (qmax / amax) without the IEEE
+// division sequence (kernels/scale_math.h); NUMERICS.md wants both correctly rounded. Proved here
+// for every float amax can be, against __fdiv_rn on the device itself.
+TEST(GroupQuantGpu, ScaleDivisionsExactOverTheWholeRange) {
+  FP8ROUTE_REQUIRE_SM90();
+  for (float qmax : {448.0f, 127.0f}) EXPECT_EQ(detail::scale_division_mismatches(qmax), 0u) << "qmax " << qmax;
 }
 
 // ---- traps from the field -------------------------------------------------------------------------
@@ -442,8 +451,18 @@ TEST(RowQuantGpu, PerTensorDynamicBitExact) {
   auto rng = test::make_rng(112);
   for (DType in : {DType::bf16, DType::f16, DType::f32})
     for (DType code : {DType::e4m3, DType::i8})
-      for (int64_t T : {1, 3, 4097}) {
-        const int64_t H = T == 4097 ? 7168 : 4096;
+      // The library's rule: T 1 x 4096, one block; 3 x 4096, a cluster of 6 blocks; 9, 73 and
+      // 4097 x 7168, the two-launch path. Then the cluster path up to its capacity: 9 x 7168 is 8
+      // blocks of 4 vectors per thread (f32: past the capacity, two launches).
+      for (auto [T, cluster_to_capacity] : {std::pair<int64_t, bool>{1, false}, {3, false}, {9, false},
+                                            {73, false}, {4097, false}, {9, true}}) {
+        const int64_t saved = detail::tensor_cluster_max_vecs();
+        if (cluster_to_capacity) detail::set_tensor_cluster_max_vecs(int64_t{1} << 30);
+        struct Restore {
+          int64_t v;
+          ~Restore() { detail::set_tensor_cluster_max_vecs(v); }
+        } restore{saved};
+        const int64_t H = T <= 3 ? 4096 : 7168;
         auto x = test::random_activations(in, T * H, rng, 128, -6, 4);
         test::store_value(x, in, T * H / 3, INFINITY);  // ignored by the amax
         DeviceBuffer dx = upload(x), dq(T * H), ds(4);
@@ -459,6 +478,74 @@ TEST(RowQuantGpu, PerTensorDynamicBitExact) {
         std::memcpy(&s, download(ds.data(), 4).data(), 4);
         ASSERT_EQ(s, want.scales[0]);
       }
+}
+
+// Rows with a stride (a view into a wider buffer): the cluster path computes each vector's row
+// then, and the two-launch path always does.
+TEST(RowQuantGpu, PerTensorDynamicStridedRows) {
+  FP8ROUTE_REQUIRE_SM90();
+  auto rng = test::make_rng(114);
+  for (int64_t T : {5, 300}) {
+    const int64_t H = 4096, stride = H + 64;
+    auto x = test::random_activations(DType::bf16, T * stride, rng);
+    DeviceBuffer dx = upload(x), dq(T * H), ds(4);
+    per_tensor_quant_dynamic(TensorView::strided(dx.data(), DType::bf16, {T, H}, {stride, 1}),
+                             TensorView::contiguous(dq.data(), DType::e4m3, {T, H}),
+                             TensorView::contiguous(ds.data(), DType::f32, {1}), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    auto want = ref::per_tensor_quant_dynamic(x.data(), DType::bf16, T, H, stride, DType::e4m3);
+    ASSERT_TRUE(bytes_equal(download(dq.data(), T * H), want.codes, "codes", H)) << "T=" << T;
+    float s;
+    std::memcpy(&s, download(ds.data(), 4).data(), 4);
+    ASSERT_EQ(s, want.scales[0]) << "T=" << T;
+  }
+}
+
+// The two-launch path keeps its running amax and block counter in a per-stream workspace that each
+// call must leave at zero: a call after one with a far larger amax, and graph replays (first call
+// on the stream under capture), must each get their own scale.
+TEST(RowQuantGpu, PerTensorDynamicLeavesNoStateBehind) {
+  FP8ROUTE_REQUIRE_SM90();
+  auto rng = test::make_rng(113);
+  const int64_t T = 256, H = 7168;  // past the cluster path: the two-launch path
+  const DType in = DType::bf16, code = DType::e4m3;
+  auto big = test::random_activations(in, T * H, rng, 128, 6, 10);
+  auto small = test::random_activations(in, T * H, rng, 128, -6, -2);
+  DeviceBuffer dbig = upload(big), dsmall = upload(small), dq(T * H), ds(4);
+  cudaStream_t st;
+  FP8ROUTE_TEST_CUDA(cudaStreamCreate(&st));
+  auto run = [&](const DeviceBuffer& dx) {
+    per_tensor_quant_dynamic(TensorView::contiguous(dx.data(), in, {T, H}),
+                             TensorView::contiguous(dq.data(), code, {T, H}),
+                             TensorView::contiguous(ds.data(), DType::f32, {1}), st);
+  };
+  auto expect = [&](const std::vector<uint8_t>& x, const char* what) {
+    FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(st));
+    auto want = ref::per_tensor_quant_dynamic(x.data(), in, T, H, H, code);
+    ASSERT_TRUE(bytes_equal(download(dq.data(), T * H), want.codes, what, H));
+    float s;
+    std::memcpy(&s, download(ds.data(), 4).data(), 4);
+    ASSERT_EQ(s, want.scales[0]) << what;
+  };
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  FP8ROUTE_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  run(dsmall);
+  FP8ROUTE_TEST_CUDA(cudaStreamEndCapture(st, &graph));
+  FP8ROUTE_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  run(dbig);
+  expect(big, "direct call, large amax");
+  for (int rep = 0; rep < 2; ++rep) {
+    poison(ds, 0xFF);
+    FP8ROUTE_TEST_CUDA(cudaGraphLaunch(exec, st));
+    expect(small, "graph replay after a larger amax");
+  }
+  run(dbig);
+  run(dsmall);
+  expect(small, "direct call after a larger amax");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
 }
 
 // ---- bad input: errors that name the argument, nothing written ------------------------------------

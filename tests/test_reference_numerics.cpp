@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "fp8route/kernels/scale_math.h"
+#include "fp8route/quant_layout.h"
 #include "fp8route/reference.h"
 
 namespace fp8route {
@@ -234,6 +236,41 @@ TEST(GroupScale, TinyF16GroupDoesNotSaturate) {
   const uint8_t c = ref::quantize_value(half, g.multiplier, DType::e4m3);
   EXPECT_NEAR(ref::e4m3_decode(c) * g.scale, half, half / 16);
   EXPECT_NE(c, 0x7E);
+}
+
+// ---- the kernels' scale division (kernels/scale_math.h) -------------------------------------------
+
+// Mismatches of div_by_qmax(a, qmax) against a / qmax over every float a in [kAmaxFloor, FLT_MAX].
+// With FMA hardware (x86-64-v3) the loop takes ~1.5 s; std::fmaf in software, ~10 s.
+template <class Div>
+uint64_t count_div_mismatches(float qmax, Div&& div) {
+  uint64_t bad = 0;
+  const uint32_t first = std::bit_cast<uint32_t>(kAmaxFloor), end = 0x7F800000u;  // +inf excluded
+  for (uint32_t b = first; b < end; ++b) {
+    const float a = std::bit_cast<float>(b);
+    bad += div(a, qmax) != a / qmax;
+  }
+  return bad;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("fma"))) uint64_t mismatches_fma(float qmax) {
+  return count_div_mismatches(qmax, [](float a, float q) { return kernels::div_by_qmax(a, q); });
+}
+#endif
+
+TEST(ScaleMath, DivByQmaxIsCorrectlyRoundedForEveryFloat) {
+  for (float qmax : {448.0f, 127.0f}) {
+    uint64_t bad;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("fma")) bad = mismatches_fma(qmax);
+    else
+#endif
+      bad = count_div_mismatches(qmax, [](float a, float q) { return kernels::div_by_qmax(a, q); });
+    EXPECT_EQ(bad, 0u) << "qmax " << qmax;
+  }
+  EXPECT_EQ(kernels::inv_qmax(448.0f), 1.0f / 448.0f);
+  EXPECT_EQ(kernels::inv_qmax(127.0f), 1.0f / 127.0f);
 }
 
 }  // namespace

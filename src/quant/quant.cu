@@ -5,9 +5,11 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/checks.h"
 #include "core/cuda_check.h"
+#include "core/workspace.h"
 #include "fp8route/device.h"
 #include "fp8route/kernels/quant.cuh"
 #include "fp8route/quant.h"
@@ -50,6 +52,9 @@ void dispatch_float(DType t, F&& f) {
 // threads to give them, else 1 (shorter chains over more blocks). FP8ROUTE's benchmark can force
 // either (detail::force_group_items) to re-measure this rule.
 int g_force_items = 0;
+// Largest tensor (in 8-element vectors) the dynamic per-tensor quant runs as one cluster launch;
+// above it, the two-launch path. detail::set_tensor_cluster_max_vecs lets the benchmark move it.
+int64_t g_cluster_max_vecs = 4096;
 
 int group_items(int64_t rows, int64_t vecs_per_row) {
   if (g_force_items) return g_force_items;
@@ -61,6 +66,7 @@ int group_items(int64_t rows, int64_t vecs_per_row) {
 // the row evenly), blockDim.y rows; narrow rows pack several rows into a warp instead.
 template <class InT, int kGroup, bool kFused, int kItems>
 void launch_group(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) {
+  using kernels::GroupEnc;
   constexpr int kLanes = kernels::GroupTraits<kGroup>::kLanes;
   const int64_t vecs = p.hidden / kernels::kQuantVec;
   const int64_t per_thread = (vecs + kItems - 1) / kItems;
@@ -77,8 +83,15 @@ void launch_group(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) 
   }
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   FP8ROUTE_CHECK(blocks <= 0x7FFFFFFF && chunks <= 65535, "x: too many rows (" << rows << ") for one launch");
-  kernels::group_quant_kernel<InT, kGroup, kFused, kItems>
-      <<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks)), dim3(tpr, rows_per_block), 0, stream>>>(p);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks)), block(tpr, rows_per_block);
+  const bool plain = p.experts == 1 && !p.masked_m && !p.src2dst;
+  auto launch = [&]<GroupEnc kEnc>() {
+    if (plain) kernels::group_quant_kernel<InT, kGroup, kFused, kItems, kEnc, true><<<grid, block, 0, stream>>>(p);
+    else kernels::group_quant_kernel<InT, kGroup, kFused, kItems, kEnc, false><<<grid, block, 0, stream>>>(p);
+  };
+  if (!p.int8 && !p.pow2 && !p.packed) launch.template operator()<GroupEnc::e4m3_f32>();
+  else if (!p.int8 && p.pow2 && p.packed) launch.template operator()<GroupEnc::e4m3_ue8m0>();
+  else kernels::group_quant_kernel<InT, kGroup, kFused, kItems, GroupEnc::generic, false><<<grid, block, 0, stream>>>(p);
   FP8ROUTE_CHECK_LAUNCH();
 }
 
@@ -159,6 +172,10 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   check_contiguous_shape(s, "s", L.scale_shape, L.scale_ndim);
   check_aligned(s.data, spec.layout == ScaleLayout::col_major_tma ? 16 : 4, "s");
   check_sm90();
+  // The kernel indexes one row's elements and one expert's scale words with 32 bits.
+  FP8ROUTE_CHECK(in_cols <= 0x7FFFFFFF && L.scale_batch_stride < (int64_t{1} << 32),
+                 "x: too large for one launch ([.., " << in_cols << "] with " << L.scale_batch_stride
+                                                      << " scale words per expert)");
 
   GroupQuantParams p{};
   p.x = x.data;
@@ -168,6 +185,7 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   p.tokens = tokens;
   p.hidden = hidden;
   p.groups = L.groups;
+  p.vecs = static_cast<int>(hidden / kernels::kQuantVec);
   p.masked_m = masked_m ? static_cast<const int32_t*>(masked_m->data) : nullptr;
   p.src2dst = src2dst ? static_cast<const int32_t*>(src2dst->data) : nullptr;
   p.topk = topk;
@@ -245,6 +263,26 @@ namespace detail {
 void force_group_items(int items) {
   FP8ROUTE_CHECK(items == 0 || items == 1 || items == 4, "items: 0 (automatic), 1 or 4, got " << items);
   g_force_items = items;
+}
+
+void set_tensor_cluster_max_vecs(int64_t vecs) {
+  FP8ROUTE_CHECK(vecs >= 0, "vecs: must be >= 0, got " << vecs);
+  g_cluster_max_vecs = vecs;
+}
+int64_t tensor_cluster_max_vecs() { return g_cluster_max_vecs; }
+
+unsigned long long scale_division_mismatches(float qmax) {
+  DeviceBuffer count(sizeof(unsigned long long));
+  FP8ROUTE_CUDA_CHECK(cudaMemset(count.data(), 0, sizeof(unsigned long long)));
+  float floor = kAmaxFloor;
+  uint32_t first = 0;
+  std::memcpy(&first, &floor, 4);
+  kernels::scale_division_mismatch_kernel<<<device_info(-1).sm_count * 8, 256>>>(
+      qmax, first, 0x7F800000u, static_cast<unsigned long long*>(count.data()));
+  FP8ROUTE_CHECK_LAUNCH();
+  unsigned long long n = 0;
+  FP8ROUTE_CUDA_CHECK(cudaMemcpy(&n, count.data(), sizeof n, cudaMemcpyDeviceToHost));
+  return n;
 }
 }  // namespace detail
 
@@ -339,6 +377,63 @@ void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const
   });
 }
 
+namespace {
+
+// The three launch shapes of the dynamic per-tensor quant (per_tensor_quant_dynamic picks one).
+
+// The whole tensor (contiguous rows, at most kTokenRegVecs * kRowThreads vectors) as one row of the
+// per-token kernel: one block, registers, one launch, the same arithmetic.
+template <class InT>
+void tensor_dynamic_one_block(RowQuantParams p, int64_t numel, cudaStream_t stream) {
+  p.rows = 1;
+  p.hidden = p.x_stride_t = numel;
+  kernels::per_token_quant_kernel<InT><<<1, kernels::kRowThreads, 0, stream>>>(p);
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+// One cluster launch and one read, the vectors spread over up to 8 blocks (one block would be
+// instruction-bound: ~150 instructions per vector on one SM).
+template <class InT>
+void tensor_dynamic_cluster(const RowQuantParams& p, int64_t vecs, cudaStream_t stream) {
+  const int64_t blocks = std::min<int64_t>(kernels::kClusterMaxBlocks,
+                                           (vecs + kernels::kClusterThreads - 1) / kernels::kClusterThreads);
+  const int per_thread =
+      static_cast<int>((vecs + blocks * kernels::kClusterThreads - 1) / (blocks * kernels::kClusterThreads));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kernels::kClusterThreads);
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(blocks);
+  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  FP8ROUTE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernels::tensor_quant_cluster_kernel<InT>, p, per_thread));
+}
+
+// Two launches, the amax (its last block also writes the scale) and the codes, sharing a
+// per-stream workspace that the amax kernel leaves zeroed for the next call.
+template <class InT>
+void tensor_dynamic_two_launches(const RowQuantParams& p, cudaStream_t stream) {
+  int dev = 0;
+  FP8ROUTE_CUDA_CHECK(cudaGetDevice(&dev));
+  static Workspaces workspaces{"per-tensor amax workspace", /*zero_new=*/true};
+  auto* ws = static_cast<kernels::TensorAmaxWorkspace*>(
+      workspaces.get(dev, sizeof(kernels::TensorAmaxWorkspace), stream, "per_tensor_quant_dynamic"));
+  const unsigned blocks = tensor_blocks(p);
+  kernels::tensor_amax_kernel<InT><<<blocks, kernels::kRowThreads, 0, stream>>>(p, ws);
+  FP8ROUTE_CHECK_LAUNCH();
+  if (p.rows > 0) {
+    kernels::tensor_quant_kernel<InT, false><<<blocks, kernels::kRowThreads, 0, stream>>>(p, &ws->multiplier);
+    FP8ROUTE_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+// Thresholds measured on the H200 (bench/results/2026-11-30-quant-v2-h200/run7_tensor_paths.txt):
+// the cluster path beats two launches up to ~4096 vectors, the one-block path beats the cluster.
 void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const TensorView& scale,
                               cudaStream_t stream) {
   check_row_input(x);
@@ -346,29 +441,19 @@ void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const Te
   check_scalar_f32(scale, "scale");
   check_sm90();
   RowQuantParams p = row_params(x, q);
-  float* s = static_cast<float*>(scale.data);
-  if (x.numel() <= static_cast<int64_t>(kernels::kSmallThreads) * kernels::kSmallVecsPerThread * kernels::kQuantVec) {
-    p.s = s;
-    dispatch_float(x.dtype, [&]<class InT>() {
-      kernels::tensor_quant_small_kernel<InT><<<1, kernels::kSmallThreads, 0, stream>>>(p);
-      FP8ROUTE_CHECK_LAUNCH();
-    });
-    return;
-  }
-  // Larger: the scale slot holds the amax bits until the codes are written, then the scale.
-  FP8ROUTE_CUDA_CHECK(cudaMemsetAsync(s, 0, sizeof(float), stream));
+  p.s = static_cast<float*>(scale.data);
+  const int64_t vecs = x.numel() / kernels::kQuantVec;
+  const bool contiguous = x.stride(0) == x.size(1);
   dispatch_float(x.dtype, [&]<class InT>() {
-    if (x.size(0) > 0) {
-      const unsigned blocks = tensor_blocks(p);
-      kernels::tensor_amax_kernel<InT><<<blocks, kernels::kRowThreads, 0, stream>>>(
-          p, reinterpret_cast<unsigned int*>(s));
-      FP8ROUTE_CHECK_LAUNCH();
-      kernels::tensor_quant_kernel<InT, false><<<blocks, kernels::kRowThreads, 0, stream>>>(p, s);
-      FP8ROUTE_CHECK_LAUNCH();
-    }
+    constexpr int64_t kClusterCapacity =
+        int64_t{kernels::kClusterMaxBlocks} * kernels::kClusterThreads * kernels::kClusterVecs<InT>;
+    if (x.size(0) > 0 && contiguous && vecs <= int64_t{kernels::kTokenRegVecs} * kernels::kRowThreads)
+      tensor_dynamic_one_block<InT>(p, x.numel(), stream);
+    else if (x.size(0) > 0 && vecs <= std::min(kClusterCapacity, g_cluster_max_vecs))
+      tensor_dynamic_cluster<InT>(p, vecs, stream);
+    else
+      tensor_dynamic_two_launches<InT>(p, stream);  // also an empty x: the scale of amax 0
   });
-  kernels::tensor_scale_finalize_kernel<<<1, 1, 0, stream>>>(s, p.qmax);
-  FP8ROUTE_CHECK_LAUNCH();
 }
 
 }  // namespace fp8route

@@ -11,10 +11,13 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
 #include <cuda_fp8.h>
 
 #include <cfloat>
 #include <cstdint>
+
+#include "fp8route/kernels/scale_math.h"
 
 namespace fp8route::kernels {
 
@@ -79,9 +82,12 @@ __device__ __forceinline__ float finite_abs(float v) {
   return a <= FLT_MAX ? a : 0.0f;
 }
 
+// The fused path has a tolerance (NUMERICS.md: scales within 1e-6 relative), not bit-exactness:
+// expf (not __expf: that one is several ulp off for large |gate| and flushes denormals) and the
+// two-instruction __fdividef (2 ulp; its 0 for a denominator above 2^126 is silu's limit there,
+// -0 for gate -> -inf) keep the result within a few ulp of fp32, ~3e-7 relative.
 __device__ __forceinline__ float silu_and_mul(float gate, float up) {
-  // expf, not __expf: the fast intrinsic is several ulp off and flushes denormals.
-  return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))), up);
+  return __fmul_rn(__fdividef(gate, __fadd_rn(1.0f, expf(-gate))), up);
 }
 
 // ---- scales ------------------------------------------------------------------------------------
@@ -94,17 +100,19 @@ struct ScaleAndMultiplier {
   uint32_t ue8m0;  // biased exponent (pow2 only)
 };
 
+// The divisions are div_by_qmax and qmax_div (scale_math.h): correctly rounded, like __fdiv_rn,
+// over the whole range amax can take here, in fewer instructions and without a slow-path branch.
 __device__ __forceinline__ ScaleAndMultiplier make_scale(float amax, float qmax, bool pow2) {
   amax = fmaxf(amax, kAmaxFloorDevice);
   ScaleAndMultiplier r;
   if (!pow2) {
-    r.scale = __fdiv_rn(amax, qmax);
-    r.multiplier = __fdiv_rn(qmax, amax);
+    r.scale = div_by_qmax(amax, qmax);
+    r.multiplier = qmax_div(qmax, amax);
     r.ue8m0 = 0;
     return r;
   }
   // Bit-exact ceil to a power of two: the exponent, plus one if any mantissa bit is set.
-  const uint32_t bits = __float_as_uint(__fdiv_rn(amax, qmax));
+  const uint32_t bits = __float_as_uint(div_by_qmax(amax, qmax));
   int e = static_cast<int>((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0 ? 1 : 0);
   e = min(max(e, 1), 254);
   r.ue8m0 = static_cast<uint32_t>(e);
@@ -119,7 +127,8 @@ __device__ __forceinline__ ScaleAndMultiplier make_scale(float amax, float qmax,
 
 // Eight codes packed little-endian into 8 bytes. NaN elements -> 0; E4M3 saturates (+-inf
 // included) to +-448, INT8 rounds to nearest even and saturates to +-127.
-__device__ __forceinline__ uint2 encode8(const float (&x)[kQuantVec], float m, bool int8) {
+__device__ __forceinline__ uint2 encode8(const float (&x)[kQuantVec], float m, bool int8,
+                                         bool may_have_nan = true) {
   uint32_t w[2] = {0, 0};
   if (!int8) {
 #pragma unroll
@@ -131,8 +140,10 @@ __device__ __forceinline__ uint2 encode8(const float (&x)[kQuantVec], float m, b
     // A NaN input converts to the NaN code 0x7F / 0xFF, the only codes whose low seven bits are
     // all set; NUMERICS.md wants 0 there. Fixed on the packed bytes: 3 instructions per 4 codes
     // instead of a test per element.
+    if (may_have_nan) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) w[j] &= ~__vcmpeq4(w[j] | 0x80808080u, 0xFFFFFFFFu);
+      for (int j = 0; j < 2; ++j) w[j] &= ~__vcmpeq4(w[j] | 0x80808080u, 0xFFFFFFFFu);
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < kQuantVec; ++i) {
@@ -144,17 +155,41 @@ __device__ __forceinline__ uint2 encode8(const float (&x)[kQuantVec], float m, b
   return make_uint2(w[0], w[1]);
 }
 
+__device__ __forceinline__ float exact_finite_amax8(const float (&x)[kQuantVec]) {
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kQuantVec; ++i) a = fmaxf(a, finite_abs(x[i]));
+  return a;
+}
+
+// max that returns NaN when either input is NaN (PTX max.NaN, SM 8.0+): one instruction, like fmaxf.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+// The group kernel's amax: |x| with NaN propagated, so one test (`special`: not <= FLT_MAX) finds
+// the rare lane holding a NaN or an infinity. Only such a lane pays for the exact finite amax and
+// for fixing NaN codes.
+__device__ __forceinline__ float amax8_flag(const float (&x)[kQuantVec], bool& special) {
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kQuantVec; ++i) a = fmax_nan(a, fabsf(x[i]));
+  if (!(a <= FLT_MAX)) {
+    special = true;
+    a = exact_finite_amax8(x);
+  }
+  return a;
+}
+
 // Finite-amax of eight values: fmaxf with |x| ignores NaN for free; an infinity (rare) sends the
 // lane through the exact test, so the common case costs one instruction per element.
 __device__ __forceinline__ float finite_amax8(const float (&x)[kQuantVec]) {
   float a = 0.0f;
 #pragma unroll
   for (int i = 0; i < kQuantVec; ++i) a = fmaxf(a, fabsf(x[i]));
-  if (a > FLT_MAX) {
-    a = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kQuantVec; ++i) a = fmaxf(a, finite_abs(x[i]));
-  }
+  if (a > FLT_MAX) a = exact_finite_amax8(x);
   return a;
 }
 
@@ -167,6 +202,7 @@ struct GroupQuantParams {
   int64_t tokens;                  // source rows per expert (T, or T_pad when masked)
   int64_t hidden;                  // H of the output (input rows hold 2H when fused)
   int64_t groups;                  // H / group size
+  int vecs;                        // H / kQuantVec, the vectors of one output row
   const int32_t* masked_m;         // [experts] or null
   const int32_t* src2dst;          // [tokens, topk] or null (scatter)
   int topk;
@@ -190,19 +226,26 @@ __device__ __forceinline__ void zero_row_padding(const GroupQuantParams& p, int6
   for (int64_t t = rows; t < p.t_pad; ++t) s[e * p.s_stride_e + t * p.s_stride_t + col * p.s_stride_c] = 0;
 }
 
-__device__ __forceinline__ void store_scale(const GroupQuantParams& p, int64_t e, int64_t t,
-                                            int64_t c, const ScaleAndMultiplier& sm) {
-  if (!p.packed) {
-    static_cast<float*>(p.s)[e * p.s_stride_e + t * p.s_stride_t + c * p.s_stride_c] = sm.scale;
+// Scale of group c of a row whose scale words start at s_row (f32: word c * s_stride_c; packed:
+// byte c % 4, little-endian, of word c / 4, a byte store that leaves the other groups' bytes alone).
+// Word offsets within one expert's scales fit 32 bits (checked by the launcher).
+__device__ __forceinline__ void store_scale(const GroupQuantParams& p, bool packed, uint32_t* s_row,
+                                            int c, const ScaleAndMultiplier& sm) {
+  const uint32_t stride = static_cast<uint32_t>(p.s_stride_c);
+  if (!packed) {
+    reinterpret_cast<float*>(s_row)[static_cast<uint32_t>(c) * stride] = sm.scale;
     return;
   }
-  // Byte c % 4 (little-endian) of word c / 4; a byte store leaves the other groups' bytes alone.
-  uint8_t* word = reinterpret_cast<uint8_t*>(static_cast<uint32_t*>(p.s) + e * p.s_stride_e +
-                                             t * p.s_stride_t + (c >> 2) * p.s_stride_c);
+  uint8_t* word = reinterpret_cast<uint8_t*>(s_row + static_cast<uint32_t>(c >> 2) * stride);
   word[c & 3] = static_cast<uint8_t>(sm.ue8m0);
   if (c == p.groups - 1)  // bytes past the last group are padding
-    for (int b = static_cast<int>(c & 3) + 1; b < 4; ++b) word[b] = 0;
+    for (int b = (c & 3) + 1; b < 4; ++b) word[b] = 0;
 }
+
+// Output encodings with code of their own: the two common ones (E4M3 codes with f32 scales, or with
+// pow2 scales packed UE8M0) test nothing at run time per item; every other combination (INT8
+// codes, pow2 scales stored as f32) runs `generic`, which reads the choices from the params.
+enum class GroupEnc { generic, e4m3_f32, e4m3_ue8m0 };
 
 // Lanes per group: each lane holds kQuantVec elements; a group's lanes are adjacent in one warp.
 template <int kGroup>
@@ -223,74 +266,102 @@ constexpr int kGroupThreads = 256;
 
 // Every lane of a warp must reach each shuffle, so every thread runs the same steps (rows of one
 // launch have the same width) and inactive lanes take part with amax 0.
-template <class InT, int kGroup, bool kFused, int kItems>
+//
+// The steps run item by item across all kItems at once (convert + amax, the shuffles, the scales,
+// the codes), so the chains of different items overlap. The per-item work is kept to the
+// arithmetic: the row's pointers are made once, offsets within a row are 32-bit, the encoding is
+// a template parameter, and the NaN fix of the codes runs only in a warp that saw a NaN or inf.
+// kPlain: the launch is one [T, H] (no experts, masked_m or src2dst), which a decode call's
+// latency notices: the row's setup is a few instructions instead of the general form's.
+template <class InT, int kGroup, bool kFused, int kItems, GroupEnc kEnc, bool kPlain>
 __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQuantParams p) {
   constexpr int kLanes = GroupTraits<kGroup>::kLanes;
+  const bool int8 = kEnc == GroupEnc::generic && p.int8;
+  const bool pow2 = kEnc == GroupEnc::generic ? p.pow2 : kEnc == GroupEnc::e4m3_ue8m0;
+  const bool packed = kEnc == GroupEnc::generic ? p.packed : kEnc == GroupEnc::e4m3_ue8m0;
+  const float qmax = kEnc == GroupEnc::generic ? p.qmax : 448.0f;
   const int tpr = blockDim.x;
   const int tx = threadIdx.x;
   const int lane = tx % kLanes;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  const int64_t src_rows = p.experts * p.tokens;
-  const int64_t e = p.experts > 1 ? row / p.tokens : 0;  // no division in the common case
+  const int64_t src_rows = kPlain ? p.tokens : p.experts * p.tokens;
+  const int64_t e = !kPlain && p.experts > 1 ? row / p.tokens : 0;  // no division in the common case
   const int64_t t = row - e * p.tokens;
   bool valid = row < src_rows;
-  if (valid && p.masked_m) valid = t < min(static_cast<int64_t>(p.masked_m[e]), p.tokens);
-  // Layout rows past the last token are zeroed by the last row of each expert (scatter: by source
-  // row 0, which is launched even with no tokens), one column per group leader.
-  const bool pad_row = p.t_pad > 0 && (p.src2dst ? row == 0 : (row < src_rows && t == p.tokens - 1));
+  if (!kPlain && valid && p.masked_m) valid = t < min(static_cast<int64_t>(p.masked_m[e]), p.tokens);
+  const int32_t* src2dst = kPlain ? nullptr : p.src2dst;
 
-  const int vecs = static_cast<int>(p.hidden / kQuantVec);
+  const int vecs = p.vecs;
   const int first = static_cast<int>(blockIdx.y) * kItems * tpr + tx;
   const InT* src = static_cast<const InT*>(p.x) + e * p.x_stride_e + t * p.x_stride_t;
-  uint8_t* q_row = p.q + e * p.q_stride_e + t * p.hidden;
 
   Raw8<InT> raw[kItems], raw_up[kFused ? kItems : 1];
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
     const int v = first + k * tpr;
     if (valid && v < vecs) {
-      raw[k] = load_raw8(src + v * kQuantVec);
-      if constexpr (kFused) raw_up[k] = load_raw8(src + p.hidden + v * kQuantVec);
+      raw[k] = load_raw8(src + static_cast<uint32_t>(v) * kQuantVec);
+      if constexpr (kFused) raw_up[k] = load_raw8(src + p.hidden + static_cast<uint32_t>(v) * kQuantVec);
     }
   }
+
+  // Layout rows past the last token are zeroed by the last row of each expert (scatter: by source
+  // row 0, which is launched even with no tokens), one column per group leader. Cold: one row in T.
+  const bool pad_row = p.t_pad > 0 && (src2dst ? row == 0 : (row < src_rows && t == p.tokens - 1));
+  if (pad_row && lane == 0) {
+#pragma unroll 1
+    for (int k = 0; k < kItems; ++k) {
+      const int v = first + k * tpr;
+      if (v >= vecs) break;
+      if (src2dst) zero_row_padding(p, 0, p.dst_rows, v / kLanes);
+      else zero_row_padding(p, e, p.tokens, v / kLanes);
+    }
+  }
+
+  float x[kItems][kQuantVec];
+  float amax[kItems];
+  bool special = false;  // this lane holds a NaN or an infinity
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
-    const int v = first + k * tpr;
-    const bool active = valid && v < vecs;
-    const int c = v / kLanes;  // group (kLanes is a power of two)
-    if (pad_row && lane == 0 && v < vecs) {
-      if (p.src2dst) zero_row_padding(p, 0, p.dst_rows, c);
-      else zero_row_padding(p, e, p.tokens, c);
-    }
-    float x[kQuantVec];
-    float amax = 0.0f;
-    if (active) {
-      to_float8(raw[k], x);
+    amax[k] = 0.0f;
+    if (valid && first + k * tpr < vecs) {
+      to_float8(raw[k], x[k]);
       if constexpr (kFused) {
         float up[kQuantVec];
         to_float8(raw_up[k], up);
 #pragma unroll
-        for (int i = 0; i < kQuantVec; ++i) x[i] = silu_and_mul(x[i], up[i]);
+        for (int i = 0; i < kQuantVec; ++i) x[k][i] = silu_and_mul(x[k][i], up[i]);
       }
-      amax = finite_amax8(x);
+      amax[k] = amax8_flag(x[k], special);
     }
+  }
 #pragma unroll
-    for (int off = kLanes / 2; off > 0; off >>= 1)
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    if (!active) continue;
+  for (int off = kLanes / 2; off > 0; off >>= 1)
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xffffffffu, amax[k], off));
+  const bool fix_nan = __any_sync(0xffffffffu, special);  // warp-uniform
+  if (!valid) return;
 
-    const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
-    const uint2 codes = encode8(x, sm.multiplier, p.int8);
-    if (!p.src2dst) {
-      *reinterpret_cast<uint2*>(q_row + v * kQuantVec) = codes;
-      if (lane == 0) store_scale(p, e, t, c, sm);
+  uint8_t* q_row = p.q + e * p.q_stride_e + t * p.hidden;
+  // Scale words of this row: s_row[c * s_stride_c] (packed: group c / 4).
+  uint32_t* s_row = static_cast<uint32_t*>(p.s) + e * p.s_stride_e + t * p.s_stride_t;
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int v = first + k * tpr;
+    if (v >= vecs) break;
+    const ScaleAndMultiplier sm = make_scale(amax[k], qmax, pow2);
+    const uint2 codes = encode8(x[k], sm.multiplier, int8, fix_nan);
+    const int c = v / kLanes;  // group (kLanes is a power of two)
+    if (!src2dst) {
+      *reinterpret_cast<uint2*>(q_row + static_cast<uint32_t>(v) * kQuantVec) = codes;
+      if (lane == 0) store_scale(p, packed, s_row, c, sm);
       continue;
     }
     for (int j = 0; j < p.topk; ++j) {
-      const int64_t dst = p.src2dst[t * p.topk + j];
+      const int64_t dst = src2dst[t * p.topk + j];
       if (dst < 0 || dst >= p.dst_rows) continue;
-      *reinterpret_cast<uint2*>(p.q + dst * p.hidden + v * kQuantVec) = codes;
-      if (lane == 0) store_scale(p, 0, dst, c, sm);
+      *reinterpret_cast<uint2*>(p.q + dst * p.hidden + static_cast<uint32_t>(v) * kQuantVec) = codes;
+      if (lane == 0) store_scale(p, packed, static_cast<uint32_t*>(p.s) + dst * p.s_stride_t, c, sm);
     }
   }
 }
@@ -410,29 +481,46 @@ __device__ __forceinline__ void for_each_vector(const RowQuantParams& p, Fn&& fn
   }
 }
 
-// Per-tensor amax: grid-stride over the rows, block max, then one atomicMax per block on the bits
-// of a non-negative float (ordered like the integers). *amax_bits must start at 0.
+// Per-tensor amax, then the scale, in one launch. Each block takes its max over a grid-stride walk
+// and folds it into ws->amax_bits (atomicMax on the bits of a non-negative float, ordered like the
+// integers); the last block to finish (a ticket counter) turns the amax into the scale (*p.s) and the
+// multiplier the code kernel reads (ws->multiplier), and leaves amax_bits and the counter at zero
+// for the next call, so the workspace needs no clearing launch. ws starts zeroed (its allocation).
+struct TensorAmaxWorkspace {
+  unsigned int amax_bits;
+  unsigned int blocks_done;
+  float multiplier;
+};
+
 template <class InT>
 __global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuantParams p,
-                                                                  unsigned int* amax_bits) {
+                                                                  TensorAmaxWorkspace* ws) {
   __shared__ float smem[32];
   float amax = 0.0f;
   for_each_vector<InT>(p, [&](int64_t, int64_t, const float (&x)[kQuantVec]) {
     amax = fmaxf(amax, finite_amax8(x));
   });
   amax = block_max(amax, smem);
-  if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(amax));
+  if (threadIdx.x != 0) return;
+  atomicMax(&ws->amax_bits, __float_as_uint(amax));
+  __threadfence();
+  if (atomicAdd(&ws->blocks_done, 1u) != gridDim.x - 1) return;
+  // Last block: every other block's atomicMax is visible (each fenced before taking its ticket).
+  const float total = __uint_as_float(atomicExch(&ws->amax_bits, 0u));
+  ws->blocks_done = 0;
+  const ScaleAndMultiplier sm = make_scale(total, p.qmax, false);
+  *p.s = sm.scale;
+  ws->multiplier = sm.multiplier;
 }
 
-// Per-tensor codes. Dynamic: the multiplier comes from the amax in *amax (written by
-// tensor_amax_kernel). Static: v = x / scale, correctly rounded, then the encoder with
-// multiplier 1 (exact).
+// Per-tensor codes. Dynamic: the multiplier comes from tensor_amax_kernel (*multiplier). Static:
+// v = x / scale, correctly rounded, then the encoder with multiplier 1 (exact).
 template <class InT, bool kStatic>
 __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuantParams p,
-                                                                   const float* amax) {
+                                                                   const float* multiplier) {
   float m = 1.0f, s = 1.0f;
   if constexpr (kStatic) s = *p.static_scale;
-  else m = make_scale(*amax, p.qmax, false).multiplier;
+  else m = *multiplier;
   for_each_vector<InT>(p, [&](int64_t t, int64_t v, const float (&xin)[kQuantVec]) {
     float x[kQuantVec];
 #pragma unroll
@@ -441,49 +529,88 @@ __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuan
   });
 }
 
-// Small tensors in one block: no memset, no second launch. The block reads x twice (the second
-// time from L1/L2) instead of holding it in registers, which 1024 threads do not have to spare.
-constexpr int kSmallThreads = 1024;
-constexpr int kSmallVecsPerThread = 8;  // up to 64K elements
+// Small tensors (decode activations) in one launch and one read: a thread block cluster of up to 8
+// blocks of kClusterThreads, the tensor's vectors spread evenly over them (`per_thread` each, at
+// most kClusterVecs, held in registers). Each block takes its max; the blocks exchange them through
+// distributed shared memory (cluster barrier, read the peers' slots, barrier again so that no
+// block leaves while a peer still reads its slot), then every block encodes its registers. Block 0
+// writes the scale. Vectors are numbered i = row * H / 8 + column / 8; the codes are contiguous,
+// and x is read without a division per vector when its rows are contiguous too.
+constexpr int kClusterThreads = 256;
+constexpr int kClusterMaxBlocks = 8;  // the portable cluster size
+template <class InT>
+constexpr int kClusterVecs = sizeof(InT) == 4 ? 4 : 8;  // 32 registers of loads per thread
 
 template <class InT>
-__global__ void __launch_bounds__(kSmallThreads) tensor_quant_small_kernel(const RowQuantParams p) {
+__global__ void __launch_bounds__(kClusterThreads) tensor_quant_cluster_kernel(const RowQuantParams p,
+                                                                               int per_thread) {
+  constexpr int kVecs = kClusterVecs<InT>;
   __shared__ float smem[32];
+  __shared__ float block_amax;
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int vecs_per_row = static_cast<int>(p.hidden / kQuantVec);
   const int total = static_cast<int>(p.rows) * vecs_per_row;
-  auto src = [&](int i) {
-    const int t = i / vecs_per_row;
-    return static_cast<const InT*>(p.x) + t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec;
-  };
+  const bool contiguous = p.x_stride_t == p.hidden;
+  const int stride = static_cast<int>(gridDim.x) * kClusterThreads;
+  const int base = static_cast<int>(blockIdx.x) * kClusterThreads + static_cast<int>(threadIdx.x);
+  const InT* x = static_cast<const InT*>(p.x);
+  Raw8<InT> raw[kVecs];
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = base + k * stride;
+    if (k < per_thread && i < total) {
+      int64_t off = static_cast<int64_t>(i) * kQuantVec;
+      if (!contiguous) {
+        const int t = i / vecs_per_row;
+        off = t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec;
+      }
+      raw[k] = load_raw8(x + off);
+    }
+  }
   float amax = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kSmallVecsPerThread; ++k) {
-    const int i = k * kSmallThreads + threadIdx.x;
-    if (i < total) {
-      float x[kQuantVec];
-      load_vec8(src(i), x);
-      amax = fmaxf(amax, finite_amax8(x));
+  for (int k = 0; k < kVecs; ++k) {
+    if (k < per_thread && base + k * stride < total) {
+      float v[kQuantVec];
+      to_float8(raw[k], v);
+      amax = fmaxf(amax, finite_amax8(v));
     }
   }
   amax = block_max(amax, smem);
-  const ScaleAndMultiplier sm = make_scale(amax, p.qmax, false);
+  if (threadIdx.x == 0) block_amax = amax;
+  cluster.sync();
+  if (threadIdx.x < 32) {
+    float peer = threadIdx.x < cluster.num_blocks() ? *cluster.map_shared_rank(&block_amax, threadIdx.x) : 0.0f;
 #pragma unroll
-  for (int k = 0; k < kSmallVecsPerThread; ++k) {
-    const int i = k * kSmallThreads + threadIdx.x;
-    if (i < total) {
-      float x[kQuantVec];
-      load_vec8(src(i), x);
-      const int t = i / vecs_per_row;
-      *reinterpret_cast<uint2*>(p.q + t * p.hidden + (i - t * vecs_per_row) * kQuantVec) =
-          encode8(x, sm.multiplier, p.int8);
+    for (int off = 16; off > 0; off >>= 1) peer = fmaxf(peer, __shfl_xor_sync(0xffffffffu, peer, off));
+    if (threadIdx.x == 0) smem[0] = peer;
+  }
+  cluster.sync();  // the peers' slots are read; smem[0] is visible to the block
+  const ScaleAndMultiplier sm = make_scale(smem[0], p.qmax, false);
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = base + k * stride;
+    if (k < per_thread && i < total) {
+      float v[kQuantVec];
+      to_float8(raw[k], v);
+      *reinterpret_cast<uint2*>(p.q + static_cast<int64_t>(i) * kQuantVec) = encode8(v, sm.multiplier, p.int8);
     }
   }
-  if (threadIdx.x == 0) *p.s = sm.scale;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.s = sm.scale;
 }
 
-// scale = max(amax, floor) / qmax, after the codes are written (stream order).
-__global__ void tensor_scale_finalize_kernel(float* scale, float qmax) {
-  *scale = make_scale(*scale, qmax, false).scale;
+// Test support: counts the floats a in [first, end) (bit patterns) where the scale divisions of
+// make_scale differ from __fdiv_rn (GroupQuantGpu.ScaleDivisionsExactOverTheWholeRange).
+__global__ void scale_division_mismatch_kernel(float qmax, uint32_t first, uint32_t end,
+                                               unsigned long long* mismatches) {
+  unsigned long long bad = 0;
+  for (uint64_t b = first + static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < end;
+       b += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float a = __uint_as_float(static_cast<uint32_t>(b));
+    bad += __float_as_uint(qmax_div(qmax, a)) != __float_as_uint(__fdiv_rn(qmax, a));
+    bad += __float_as_uint(div_by_qmax(a, qmax)) != __float_as_uint(__fdiv_rn(a, qmax));
+  }
+  if (bad) atomicAdd(mismatches, bad);
 }
 
 }  // namespace fp8route::kernels
