@@ -75,9 +75,13 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed graph replays (median reported), >= 20");
   app.add_option("--json", json_path, "write one record per (op, layout, T, H)");
   app.add_option("--items", items, "group kernel items per thread: 0 = automatic rule, 1 or 4 forced");
+  int group_threads = 0;
+  app.add_option("--group-threads", group_threads,
+                 "group kernel threads per block, at most: 0 = the rule (256), or 32..256");
   int64_t cluster_max = -1;
   app.add_option("--tensor-cluster-max", cluster_max,
-                 "tensor_dynamic: largest input (8-element vectors) run as one cluster launch; -1 = the library's rule, 0 = never");
+                 "tensor_dynamic: largest input (8-element vectors) run as one cluster launch; "
+                 "-1 = the library's rule, 0 = never");
   app.add_flag("--quick", quick, "T in 1,64,16384 and H 7168 only");
   CLI11_PARSE(app, argc, argv);
   if (quick) {
@@ -90,6 +94,7 @@ int main(int argc, char** argv) {
   }
   const DeviceInfo& dev = device_info(0);
   detail::force_group_items(items);
+  detail::force_group_threads(group_threads);
   if (cluster_max >= 0) detail::set_tensor_cluster_max_vecs(cluster_max);
   bench::MeasureOptions opt;
   opt.reps = std::max(reps, 20);

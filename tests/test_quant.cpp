@@ -84,12 +84,18 @@ TEST(GroupQuantGpu, EveryCombinationBitExact) {
         const int64_t H = kWidths[w++ % std::size(kWidths)];
         auto x = test::random_activations(in, T * H, rng, s.group_size);
         auto want = ref::per_token_group_quant(x.data(), in, T, H, H, s);
-        for (int items : {1, 4}) {  // both kernel shapes, whichever the automatic rule picks
+        // Both kernel shapes, whichever the automatic rule picks, and 1 item per thread in blocks
+        // of at most 64 threads (detail::force_group_threads).
+        for (auto [items, threads] : {std::pair{1, 0}, {4, 0}, {1, 64}}) {
           detail::force_group_items(items);
+          detail::force_group_threads(threads);
           auto got = gpu_group_quant(x, in, T, H, H, s);
           detail::force_group_items(0);
-          ASSERT_TRUE(bytes_equal(got.codes, want.codes, "codes", H)) << repro(s, in, T, H) << " items=" << items;
-          ASSERT_TRUE(bytes_equal(got.scales, want.scales, "scales")) << repro(s, in, T, H) << " items=" << items;
+          detail::force_group_threads(0);
+          ASSERT_TRUE(bytes_equal(got.codes, want.codes, "codes", H))
+              << repro(s, in, T, H) << " items=" << items << " threads=" << threads;
+          ASSERT_TRUE(bytes_equal(got.scales, want.scales, "scales"))
+              << repro(s, in, T, H) << " items=" << items << " threads=" << threads;
         }
         ++cases;
       }

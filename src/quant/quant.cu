@@ -52,6 +52,9 @@ void dispatch_float(DType t, F&& f) {
 // threads to give them, else 1 (shorter chains over more blocks). FP8ROUTE's benchmark can force
 // either (detail::force_group_items) to re-measure this rule.
 int g_force_items = 0;
+// Threads per block of the group kernel, at most (0: kGroupThreads). Fewer spread a decode call
+// over more SMs; detail::force_group_threads lets the benchmark measure that (not yet measured).
+int g_group_threads = 0;
 // Largest tensor (in 8-element vectors) the dynamic per-tensor quant runs as one cluster launch;
 // above it, the two-launch path. detail::set_tensor_cluster_max_vecs lets the benchmark move it.
 int64_t g_cluster_max_vecs = 4096;
@@ -70,16 +73,17 @@ void launch_group(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) 
   constexpr int kLanes = kernels::GroupTraits<kGroup>::kLanes;
   const int64_t vecs = p.hidden / kernels::kQuantVec;
   const int64_t per_thread = (vecs + kItems - 1) / kItems;
+  const int threads = g_group_threads ? g_group_threads : kernels::kGroupThreads;
   int tpr, rows_per_block = 1;
   int64_t chunks = 1;
   if (per_thread >= 32) {
-    chunks = (per_thread + kernels::kGroupThreads - 1) / kernels::kGroupThreads;
+    chunks = (per_thread + threads - 1) / threads;
     tpr = static_cast<int>(((per_thread + chunks - 1) / chunks + 31) / 32 * 32);
-    rows_per_block = std::max(1, kernels::kGroupThreads / tpr);
+    rows_per_block = std::max(1, threads / tpr);
   } else {
     tpr = kLanes;  // a power of two dividing 32, so warps hold whole rows
     while (tpr < per_thread) tpr *= 2;
-    rows_per_block = kernels::kGroupThreads / tpr;
+    rows_per_block = std::max(1, threads / tpr);
   }
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   FP8ROUTE_CHECK(blocks <= 0x7FFFFFFF && chunks <= 65535, "x: too many rows (" << rows << ") for one launch");
@@ -91,7 +95,8 @@ void launch_group(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) 
   };
   if (!p.int8 && !p.pow2 && !p.packed) launch.template operator()<GroupEnc::e4m3_f32>();
   else if (!p.int8 && p.pow2 && p.packed) launch.template operator()<GroupEnc::e4m3_ue8m0>();
-  else kernels::group_quant_kernel<InT, kGroup, kFused, kItems, GroupEnc::generic, false><<<grid, block, 0, stream>>>(p);
+  else
+    kernels::group_quant_kernel<InT, kGroup, kFused, kItems, GroupEnc::generic, false><<<grid, block, 0, stream>>>(p);
   FP8ROUTE_CHECK_LAUNCH();
 }
 
@@ -263,6 +268,13 @@ namespace detail {
 void force_group_items(int items) {
   FP8ROUTE_CHECK(items == 0 || items == 1 || items == 4, "items: 0 (automatic), 1 or 4, got " << items);
   g_force_items = items;
+}
+
+void force_group_threads(int threads) {
+  FP8ROUTE_CHECK(threads == 0 || (threads >= 32 && threads <= kernels::kGroupThreads && threads % 32 == 0),
+                 "threads: 0 (automatic) or a multiple of 32 in [32, " << kernels::kGroupThreads
+                                                                        << "], got " << threads);
+  g_group_threads = threads;
 }
 
 void set_tensor_cluster_max_vecs(int64_t vecs) {

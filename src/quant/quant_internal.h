@@ -7,6 +7,10 @@ namespace fp8route::detail {
 // thread-safe; for benchmarks that re-measure the rule).
 void force_group_items(int items);
 
+// Threads per block of the group kernel, at most: 0 = 256 (the rule), or a multiple of 32 below.
+// Not thread-safe; for the benchmark and tests.
+void force_group_threads(int threads);
+
 // Dynamic per-tensor quant: the largest tensor, in 8-element vectors, run as one cluster launch
 // (default 4096; 0 = never). Tensors of up to 1024 vectors with contiguous rows take the
 // one-block path whatever this says. Not thread-safe; for benchmarks and tests.

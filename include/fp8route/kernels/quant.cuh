@@ -202,7 +202,7 @@ struct GroupQuantParams {
   int64_t tokens;                  // source rows per expert (T, or T_pad when masked)
   int64_t hidden;                  // H of the output (input rows hold 2H when fused)
   int64_t groups;                  // H / group size
-  int vecs;                        // H / kQuantVec, the vectors of one output row
+  int vecs;                        // H / kQuantVec, given (derived per item it cost a division)
   const int32_t* masked_m;         // [experts] or null
   const int32_t* src2dst;          // [tokens, topk] or null (scatter)
   int topk;
