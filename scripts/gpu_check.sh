@@ -3,6 +3,7 @@
 # run with FP8ROUTE_PRESET=gpu): info, every test suite (C++ and Python), then the benchmarks named
 # in $FP8ROUTE_BENCH:
 #   quant, quant-quick, torch        quantization (fp8route, PyTorch eager / torch.compile)
+#   quant-decode                     decode T=1..64: the block-size rule vs --group-threads 64, and torch
 #   gemm, gemm-quick                 gemm_bench (FP8ROUTE_GEMM_ARGS adds arguments)
 #   check                            fp8route check
 #   tune-tp1, tune-tp8               fp8route tune of one TP degree, M 1..4096 (10 values), resumable
@@ -23,6 +24,13 @@ for b in ${FP8ROUTE_BENCH:-}; do
   case "$b" in
     quant) "$build/quant_bench" --json "$out/quant_fp8route.json" | tee "$out/quant_fp8route.txt" ;;
     quant-quick) "$build/quant_bench" --quick --json "$out/quant_fp8route.json" | tee "$out/quant_fp8route.txt" ;;
+    quant-decode)
+      for g in 0 64; do
+        "$build/quant_bench" --T 1,2,4,8,16,32,64 --group-threads $g --json "$out/quant_decode_g$g.json" \
+          > "$out/quant_decode_g$g.txt"
+      done
+      PYTHONUNBUFFERED=1 python3 "$root/bench/quant_torch.py" --T 1,4,16,64 --impls compile \
+        --json "$out/quant_torch_decode.json" > "$out/quant_torch_decode.txt" ;;
     gemm) "$build/gemm_bench" --tp 1,8 --m 1,4,16,32,64,128,256,512,1024,4096 ${FP8ROUTE_GEMM_ARGS:-} --json "$out/gemm.json" > "$out/gemm.txt" ;;
     gemm-quick) "$build/gemm_bench" --model llama-3.1-8b --m 1,16,128,1024 ${FP8ROUTE_GEMM_ARGS:-} --json "$out/gemm.json" | tee "$out/gemm.txt" ;;
     check) "$build/fp8route" check | tee "$out/check.txt" ;;
