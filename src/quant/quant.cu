@@ -5,7 +5,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstring>
+#include <bit>
+#include <cstdint>
 
 #include "core/checks.h"
 #include "core/cuda_check.h"
@@ -55,8 +56,8 @@ int g_force_items = 0;
 // Threads per block of the group kernel, at most (0: kGroupThreads). Fewer spread a decode call
 // over more SMs; detail::force_group_threads lets the benchmark measure that (not yet measured).
 int g_group_threads = 0;
-// Largest tensor (in 8-element vectors) the dynamic per-tensor quant runs as one cluster launch;
-// above it, the two-launch path. detail::set_tensor_cluster_max_vecs lets the benchmark move it.
+// Largest tensor (in 8-element vectors) the dynamic per-tensor quant runs as one cluster launch
+// (smaller ones may take the one-block path first; larger ones, two launches). detail::set_tensor_cluster_max_vecs lets the benchmark move it.
 int64_t g_cluster_max_vecs = 4096;
 
 int group_items(int64_t rows, int64_t vecs_per_row) {
@@ -286,11 +287,8 @@ int64_t tensor_cluster_max_vecs() { return g_cluster_max_vecs; }
 unsigned long long scale_division_mismatches(float qmax) {
   DeviceBuffer count(sizeof(unsigned long long));
   FP8ROUTE_CUDA_CHECK(cudaMemset(count.data(), 0, sizeof(unsigned long long)));
-  float floor = kAmaxFloor;
-  uint32_t first = 0;
-  std::memcpy(&first, &floor, 4);
   kernels::scale_division_mismatch_kernel<<<device_info(-1).sm_count * 8, 256>>>(
-      qmax, first, 0x7F800000u, static_cast<unsigned long long*>(count.data()));
+      qmax, std::bit_cast<uint32_t>(kAmaxFloor), 0x7F800000u, static_cast<unsigned long long*>(count.data()));
   FP8ROUTE_CHECK_LAUNCH();
   unsigned long long n = 0;
   FP8ROUTE_CUDA_CHECK(cudaMemcpy(&n, count.data(), sizeof n, cudaMemcpyDeviceToHost));
