@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/args.h"
+#include "bench/gemm_operands.h"
 #include "bench/measure.h"
 #include "core/cuda_check.h"
 #include "fp8route/device.h"
@@ -64,11 +65,12 @@ struct Record {
 
 int main(int argc, char** argv) {
   CLI::App app{"fp8route quantization benchmark (bf16 -> e4m3, group 128)"};
-  std::string ops = "group,silu_group,token,tensor_dynamic", layouts = "row_major,col_major,col_major_tma,ue8m0_tma";
+  std::string ops = "floor,group,silu_group,token,tensor_dynamic", layouts = "row_major,col_major,col_major_tma,ue8m0_tma";
   std::string ts = "1,2,4,8,16,32,64,16384", hs = "4096,7168", json_path;
   bool quick = false;
   int reps = 20, items = 0;
-  app.add_option("--ops", ops, "comma list of group, silu_group, token, tensor_dynamic");
+  app.add_option("--ops", ops, "comma list of group, silu_group, token, tensor_dynamic, floor (a kernel that "
+                 "reads the bf16 [T, H] and writes T * H bytes, no arithmetic: the floor for these bytes)");
   app.add_option("--layouts", layouts, "layouts for op group: row_major, col_major, col_major_tma, ue8m0_tma");
   app.add_option("--T", ts, "comma list of token counts");
   app.add_option("--H", hs, "comma list of widths (output width for silu_group)");
@@ -121,6 +123,12 @@ int main(int argc, char** argv) {
 
   std::printf("%-15s %-14s %6s %6s %10s %9s %7s\n", "op", "layout", "T", "H", "us", "GB/s", "%copy");
   for (const std::string& op : parse_names(ops))
+    if (op != "floor" && op != "group" && op != "silu_group" && op != "token" && op != "tensor_dynamic") {
+      std::fprintf(stderr, "quant_bench: --ops: unknown op '%s' (floor, group, silu_group, token, tensor_dynamic)\n",
+                   op.c_str());
+      return 2;
+    }
+  for (const std::string& op : parse_names(ops))
     for (const std::string& layout : op == "group" ? parse_names(layouts) : std::vector<std::string>{"row_major"})
       for (int64_t H : parse_list(hs))
         for (int64_t T : parse_list(ts)) {
@@ -131,6 +139,7 @@ int main(int argc, char** argv) {
           int64_t scale_bytes = 0;
           if (op == "group" || fused) scale_bytes = L.scale_bytes;
           else if (op == "token") scale_bytes = T * 4;
+          else if (op == "floor") scale_bytes = 0;
           else scale_bytes = 4;
           const int64_t bytes = in_elems * 2 + T * H + scale_bytes;
           const int sets = bench::rotation_sets(bytes, opt);
@@ -147,6 +156,8 @@ int main(int argc, char** argv) {
               TensorView s = TensorView::contiguous(ss[i].data(), L.scale_dtype, {L.scale_shape[0], L.scale_shape[1]});
               if (fused) silu_and_mul_per_token_group_quant(x, spec, q, s, st);
               else per_token_group_quant(x, spec, q, s, st);
+            } else if (op == "floor") {
+              bench::enqueue_pass_floor(xs[i].data(), in_elems * 2, qs[i].data(), st);
             } else if (op == "token") {
               per_token_quant(x, q, TensorView::contiguous(ss[i].data(), DType::f32, {T}), ScaleRounding::none, st);
             } else {

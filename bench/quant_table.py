@@ -6,7 +6,9 @@ Reads one or more JSON files, each a list of records
 as written by fp8route's C++ benchmark (impl "fp8route") and bench/quant_torch.py (impl
 "torch_eager", "torch_compile"), and prints one row per (op, layout, T, H) with fp8route's time and
 bandwidth next to PyTorch's, and the ratios torch time / fp8route time (> 1 means fp8route is
-faster). Then, per op, the smallest ratio over the shapes and where it occurs.
+faster). Then, per op, the smallest ratio over the shapes and where it occurs. Op "floor" (quant_bench's
+kernel that only reads the bf16 [T, H] and writes T * H bytes) shows, in the fp8route column, the
+time no kernel moving those bytes can beat.
 
     python3 bench/quant_table.py bench/results/fp8route.json bench/results/torch.json
     python3 bench/quant_table.py --copy-gbps 4200 a.json b.json
@@ -21,7 +23,7 @@ import json
 import math
 import sys
 
-OP_ORDER = ("group", "silu_group", "token", "tensor_dynamic")
+OP_ORDER = ("floor", "group", "silu_group", "token", "tensor_dynamic")
 LAYOUT_ORDER = (None, "row_major", "col_major", "col_major_tma", "ue8m0_tma")
 IMPLS = ("fp8route", "torch_eager", "torch_compile")
 DASH = "—"

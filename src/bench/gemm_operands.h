@@ -42,6 +42,11 @@ std::vector<Measurement> measure_gemms(const GemmOperandSets& o,
 void enqueue_read_floor(const void* p, int64_t bytes, cudaStream_t stream);
 Measurement measure_read_floor(const GemmOperandSets& o, const MeasureOptions& opt = {});
 
+// The quantization floor: one launch that reads in_bytes (a multiple of 16) from `in` and writes
+// half as many bytes to `out`, one thread per 16 bytes, no arithmetic. A quant kernel of the same
+// bytes cannot be faster; at decode sizes this is the launch-and-latency floor.
+void enqueue_pass_floor(const void* in, int64_t in_bytes, void* out, cudaStream_t stream);
+
 inline double tflops(const GemmProblem& p, double us) { return 2.0 * p.m * p.n * p.k / (us * 1e-6) / 1e12; }
 inline double weight_gbps(const GemmProblem& p, double us) { return double(p.n) * p.k / (us * 1e-6) / 1e9; }
 

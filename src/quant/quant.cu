@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/checks.h"
+#include "core/cluster_launch.h"
 #include "core/cuda_check.h"
 #include "core/workspace.h"
 #include "fp8route/device.h"
@@ -409,17 +410,8 @@ void tensor_dynamic_cluster(const RowQuantParams& p, int64_t vecs, cudaStream_t 
                                            (vecs + kernels::kClusterThreads - 1) / kernels::kClusterThreads);
   const int per_thread =
       static_cast<int>((vecs + blocks * kernels::kClusterThreads - 1) / (blocks * kernels::kClusterThreads));
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kernels::kClusterThreads);
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(blocks);
-  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  FP8ROUTE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernels::tensor_quant_cluster_kernel<InT>, p, per_thread));
+  launch_cluster(kernels::tensor_quant_cluster_kernel<InT>, dim3(static_cast<unsigned>(blocks)),
+                 dim3(kernels::kClusterThreads), dim3(static_cast<unsigned>(blocks)), 0, stream, p, per_thread);
 }
 
 // Two launches, the amax (its last block also writes the scale) and the codes, sharing a

@@ -193,6 +193,39 @@ __device__ __forceinline__ float finite_amax8(const float (&x)[kQuantVec]) {
   return a;
 }
 
+// ---- maxima across lanes ------------------------------------------------------------------------
+// Amax values are non-negative and never NaN (an infinity at most), so their bit patterns order
+// like unsigned integers and REDUX (redux.sync.max.u32, SM 8.0+) reduces a whole warp in one
+// instruction where the shuffle ladder takes five shuffle + max steps. REDUX takes a single mask
+// per warp (its result is warp-uniform), so a warp holding 32 / kLanes groups runs one full-warp
+// REDUX per group, each lane offering its value to its own group's and 0 to the others'. That is
+// shorter than the log2(kLanes) shuffle steps for kLanes >= 16 (groups of 128 and 256); narrower
+// groups shuffle. Every lane of the warp must call these (inactive ones with 0), and the warp must
+// be whole.
+
+__device__ __forceinline__ float warp_max_nonneg(float v) {
+  return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(v)));
+}
+
+template <int kLanes>
+__device__ __forceinline__ float group_max_nonneg(float v) {
+  if constexpr (kLanes >= 16) {
+    const unsigned bits = __float_as_uint(v);
+    const unsigned mine = (threadIdx.x + threadIdx.y * blockDim.x) % 32 / kLanes;
+    unsigned r = 0;
+#pragma unroll
+    for (unsigned g = 0; g < 32 / kLanes; ++g) {
+      const unsigned m = __reduce_max_sync(0xffffffffu, mine == g ? bits : 0u);
+      if (mine == g) r = m;
+    }
+    return __uint_as_float(r);
+  } else {
+#pragma unroll
+    for (int off = kLanes / 2; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+  }
+}
+
 // ---- the group-quant kernel --------------------------------------------------------------------
 
 struct GroupQuantParams {
@@ -336,9 +369,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
     }
   }
 #pragma unroll
-  for (int off = kLanes / 2; off > 0; off >>= 1)
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xffffffffu, amax[k], off));
+  for (int k = 0; k < kItems; ++k) amax[k] = group_max_nonneg<kLanes>(amax[k]);
   const bool fix_nan = __any_sync(0xffffffffu, special);  // warp-uniform
   if (!valid) return;
 
@@ -371,17 +402,15 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
 constexpr int kRowThreads = 256;
 constexpr int kRowItems = 4;  // 16-byte loads in flight per thread in the grid-stride kernels
 
+// The block's max of non-negative, non-NaN values (a 1-D block of whole warps). Once per kernel:
+// smem is written without a barrier before it, so a second call could overwrite slots that a slow
+// warp still reads from the first.
 __device__ __forceinline__ float block_max(float v, float* smem) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  v = warp_max_nonneg(v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // smem may still be read by a previous call
   if (lane == 0) smem[warp] = v;
   __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / 32) ? smem[lane] : 0.0f;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
+  return warp_max_nonneg(lane < static_cast<int>(blockDim.x / 32) ? smem[lane] : 0.0f);
 }
 
 struct RowQuantParams {
@@ -580,9 +609,8 @@ __global__ void __launch_bounds__(kClusterThreads) tensor_quant_cluster_kernel(c
   if (threadIdx.x == 0) block_amax = amax;
   cluster.sync();
   if (threadIdx.x < 32) {
-    float peer = threadIdx.x < cluster.num_blocks() ? *cluster.map_shared_rank(&block_amax, threadIdx.x) : 0.0f;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) peer = fmaxf(peer, __shfl_xor_sync(0xffffffffu, peer, off));
+    const float peer = warp_max_nonneg(
+        threadIdx.x < cluster.num_blocks() ? *cluster.map_shared_rank(&block_amax, threadIdx.x) : 0.0f);
     if (threadIdx.x == 0) smem[0] = peer;
   }
   cluster.sync();  // the peers' slots are read; smem[0] is visible to the block

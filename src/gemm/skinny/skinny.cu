@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/cluster_launch.h"
 #include "core/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -49,33 +51,89 @@ std::string config_name(const SkinnyConfig& c) {
          std::to_string(c.stages) + "_splitk";
 }
 
-// Blocks to aim for per SM: 2 x 8 warps, each with (stages - 1) x 2 KB of weight in flight, cover
-// HBM latency; more splits would only add partial-sum traffic.
+// Blocks per SM the kernel is built for (__launch_bounds__(256, 2)): 2 x 8 warps, each with
+// (stages - 1) x 2 KB of weight in flight, cover HBM latency.
 constexpr int kBlocksPerSm = 2;
 // Activations of a K slice per block, at most: two blocks per SM fit (227 KB), and the slices are
 // long enough that the shared memory, not the SM count, rarely sets the number of splits.
 constexpr int kSmemBytes = 96 * 1024;
 constexpr int64_t kMaxKBlocks = 65535;  // splits go in gridDim.y
+constexpr int kMaxClusterSplits = kernels::kSkinnyMaxClusterSplits;
+
+// Above 48 KB of dynamic shared memory needs an opt-in, once per kernel and device.
+void allow_smem(void (*kernel)(kernels::SkinnyParams), int device) {
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.insert({reinterpret_cast<const void*>(kernel), device}).second) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (e != cudaSuccess) done.erase({reinterpret_cast<const void*>(kernel), device});
+    FP8ROUTE_CUDA_CHECK(e);
+  }
+}
+
+// Blocks resident on the whole GPU at once, by cluster size (index 1..kMaxClusterSplits): a
+// cluster's blocks must share a GPC, so for clusters this can be fewer than kBlocksPerSm per SM.
+// Measured once per device with cudaOccupancyMaxActiveClusters at the shared-memory budget (every
+// config has the same launch bounds and budget).
+using Slots = std::array<int, kMaxClusterSplits + 1>;
+const Slots& resident_blocks(const DeviceInfo& dev) {
+  static std::mutex mu;
+  static std::map<int, Slots> by_device;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = by_device.find(dev.index);
+  if (it != by_device.end()) return it->second;
+  Slots s{};
+  s[1] = kBlocksPerSm * dev.sm_count;
+  const auto kernel = &kernels::sm90_fp8_gemm_skinny<__nv_bfloat16, kConfigs[0].token_tiles, kConfigs[0].row_tiles,
+                                                      kConfigs[0].stages, true>;
+  allow_smem(kernel, dev.index);
+  for (int c = 2; c <= kMaxClusterSplits; ++c) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1, c);
+    config.blockDim = dim3(kernels::kSkinnyThreads);
+    config.dynamicSmemBytes = kSmemBytes;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = c;
+    attr.val.clusterDim.z = 1;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    s[c] = clusters * c;
+  }
+  return by_device.emplace(dev.index, s).first->second;
+}
 
 struct Launch {
   int row_blocks, splits, split_kblocks;
+  bool cluster;     // the splits of a row range form one cluster (1 < splits <= kMaxClusterSplits)
   size_t act_smem;  // the activations of one K slice
 };
 
 // The split-K rule: enough blocks for kBlocksPerSm per SM (fewer splits when N alone gives that),
 // K slices of whole 128-wide blocks (block scales are applied per K block before any sum), and
-// slices no longer than the activations' shared-memory budget allows.
-Launch plan(const GemmProblem& p, const SkinnyConfig& c, int sm_count) {
+// slices no longer than the activations' shared-memory budget allows. The splits of a row range
+// form a cluster when all the clusters fit the GPU at once (resident_blocks), else they meet in
+// global memory: a cluster launch that needs a second wave was up to 1.4x slower than the global
+// path in the same run (H200, bench/results/2026-11-30-skinny-v2-h200), and a rule that split K
+// further to fill the last wave (more, shorter blocks) was up to 2.2x slower: each block pays a
+// fixed start (first HBM round trip) and end (the sums) that short K slices do not amortize.
+Launch plan(const GemmProblem& p, const SkinnyConfig& c, const DeviceInfo& dev) {
   Launch l;
   const int rows = 16 * c.row_tiles;
   const int64_t kblocks = (p.k + kernels::kSkinnyKBlock - 1) / kernels::kSkinnyKBlock;
   l.row_blocks = static_cast<int>((p.n + rows - 1) / rows);
   const int64_t max_slice = std::max<int64_t>(
       1, (kSmemBytes / p.m - kernels::kSkinnyActPad) / kernels::kSkinnyKBlock);
-  int64_t splits = std::max<int64_t>(1, int64_t{kBlocksPerSm} * sm_count / l.row_blocks);
+  int64_t splits = std::max<int64_t>(1, int64_t{kBlocksPerSm} * dev.sm_count / l.row_blocks);
   splits = std::max(std::min(splits, kblocks), (kblocks + max_slice - 1) / max_slice);
   l.split_kblocks = static_cast<int>((kblocks + splits - 1) / splits);
   l.splits = static_cast<int>((kblocks + l.split_kblocks - 1) / l.split_kblocks);
+  l.cluster = l.splits > 1 && l.splits <= kMaxClusterSplits &&
+              int64_t{l.row_blocks} * l.splits <= resident_blocks(dev)[l.splits];
   l.act_smem = size_t(p.m) * (l.split_kblocks * kernels::kSkinnyKBlock + kernels::kSkinnyActPad);
   return l;
 }
@@ -85,20 +143,18 @@ void launch(const kernels::SkinnyParams& k, const Launch& l, int device, cudaStr
   constexpr SkinnyConfig c = kConfigs[I];
   using Traits = kernels::SkinnyTraits<c.token_tiles, c.row_tiles, c.stages>;
   static_assert(Traits::kRedBytes <= kSmemBytes, "the K-group reduction must fit the shared memory budget");
-  const auto kernel = &kernels::sm90_fp8_gemm_skinny<OutT, c.token_tiles, c.row_tiles, c.stages>;
-  {  // above 48 KB of dynamic shared memory needs an opt-in, once per kernel and device
-    static std::mutex mu;
-    static std::set<int> done;
-    std::lock_guard<std::mutex> lock(mu);
-    if (!done.count(device)) {
-      FP8ROUTE_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-      done.insert(device);
-    }
-  }
   const size_t smem = std::max<size_t>(l.act_smem, Traits::kRedBytes);  // the reduction reuses it
-  kernel<<<dim3(l.row_blocks, l.splits), kernels::kSkinnyThreads, smem, stream>>>(k);
-  FP8ROUTE_CHECK_LAUNCH();
+  const dim3 grid(l.row_blocks, l.splits), block(kernels::kSkinnyThreads);
+  if (l.cluster) {
+    const auto kernel = &kernels::sm90_fp8_gemm_skinny<OutT, c.token_tiles, c.row_tiles, c.stages, true>;
+    allow_smem(kernel, device);
+    launch_cluster(kernel, grid, block, dim3(1, l.splits, 1), smem, stream, k);
+  } else {
+    const auto kernel = &kernels::sm90_fp8_gemm_skinny<OutT, c.token_tiles, c.row_tiles, c.stages, false>;
+    allow_smem(kernel, device);
+    kernel<<<grid, block, smem, stream>>>(k);
+    FP8ROUTE_CHECK_LAUNCH();
+  }
 }
 
 using LaunchFn = void (*)(const kernels::SkinnyParams&, const Launch&, int device, cudaStream_t);
@@ -142,7 +198,7 @@ class SkinnyBackend final : public GemmBackend {
 
   void run(const GemmProblem& p, const GemmOperands& ops, int config, cudaStream_t stream) const override {
     const DeviceInfo& dev = device_info();
-    const Launch l = plan(p, kConfigs[config], dev.sm_count);
+    const Launch l = plan(p, kConfigs[config], dev);
     kernels::SkinnyParams k{};
     k.a = ops.a, k.b = ops.b, k.sa = ops.sa, k.sb = ops.sb, k.bias = ops.bias, k.out = ops.out;
     k.lda = ops.lda, k.ldb = ops.ldb, k.ldo = ops.ldo;
@@ -153,7 +209,7 @@ class SkinnyBackend final : public GemmBackend {
     k.scale_kind = static_cast<int>(p.scale);
     k.sa_vector = p.sa_vector, k.sb_vector = p.sb_vector;
     k.sa_ld = static_cast<int>((p.m + 3) / 4 * 4);
-    if (l.splits > 1) {
+    if (l.splits > 1 && !l.cluster) {  // splits through global memory
       const std::string who = "skinny/" + configs()[config];
       k.partial = static_cast<float*>(partials_.get(dev.index, size_t(l.splits) * p.m * p.n * 4, stream, who));
       k.counters = static_cast<int*>(counters_.get(dev.index, size_t(l.row_blocks) * 4, stream, who));
