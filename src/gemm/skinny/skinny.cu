@@ -89,19 +89,9 @@ const Slots& resident_blocks(const DeviceInfo& dev) {
                                                       kConfigs[0].stages, true>;
   allow_smem(kernel, dev.index);
   for (int c = 2; c <= kMaxClusterSplits; ++c) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(1, c);
-    config.blockDim = dim3(kernels::kSkinnyThreads);
-    config.dynamicSmemBytes = kSmemBytes;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1;
-    attr.val.clusterDim.y = c;
-    attr.val.clusterDim.z = 1;
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    const ClusterLaunch l(dim3(1, c), dim3(kernels::kSkinnyThreads), dim3(1, c, 1), kSmemBytes, nullptr);
     int clusters = 0;
-    FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &l.config));
     s[c] = clusters * c;
   }
   return by_device.emplace(dev.index, s).first->second;
