@@ -80,6 +80,9 @@ int main(int argc, char** argv) {
   int group_threads = 0;
   app.add_option("--group-threads", group_threads,
                  "group kernel threads per block, at most: 0 = the rule (256), or 32..256");
+  int group_vec = 0;
+  app.add_option("--group-vec", group_vec,
+                 "elements per lane of the group kernel's small plain launches: 0 = the rule, 4 or 8");
   int64_t cluster_max = -1;
   app.add_option("--tensor-cluster-max", cluster_max,
                  "tensor_dynamic: largest input (8-element vectors) run as one cluster launch; "
@@ -97,6 +100,7 @@ int main(int argc, char** argv) {
   const DeviceInfo& dev = device_info(0);
   detail::force_group_items(items);
   detail::force_group_threads(group_threads);
+  detail::force_group_vec(group_vec);
   if (cluster_max >= 0) detail::set_tensor_cluster_max_vecs(cluster_max);
   bench::MeasureOptions opt;
   opt.reps = std::max(reps, 20);

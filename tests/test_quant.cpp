@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -84,18 +85,22 @@ TEST(GroupQuantGpu, EveryCombinationBitExact) {
         const int64_t H = kWidths[w++ % std::size(kWidths)];
         auto x = test::random_activations(in, T * H, rng, s.group_size);
         auto want = ref::per_token_group_quant(x.data(), in, T, H, H, s);
-        // Both kernel shapes, whichever the automatic rule picks, and 1 item per thread in blocks
-        // of at most 64 threads (detail::force_group_threads).
-        for (auto [items, threads] : {std::pair{1, 0}, {4, 0}, {1, 64}}) {
+        // Every kernel shape: 1 or 4 items per thread, blocks of at most 64 threads
+        // (detail::force_group_threads), 8 or 4 elements per lane (detail::force_group_vec; the
+        // narrow lanes serve plain launches with E4M3 codes and f32 or packed UE8M0 scales).
+        for (auto [items, threads, vec] : {std::tuple{1, 0, 8}, {4, 0, 0}, {1, 64, 8}, {1, 0, 4}, {1, 64, 4},
+                                           {0, 0, 0}}) {
           detail::force_group_items(items);
           detail::force_group_threads(threads);
+          detail::force_group_vec(vec);
           auto got = gpu_group_quant(x, in, T, H, H, s);
           detail::force_group_items(0);
           detail::force_group_threads(0);
-          ASSERT_TRUE(bytes_equal(got.codes, want.codes, "codes", H))
-              << repro(s, in, T, H) << " items=" << items << " threads=" << threads;
-          ASSERT_TRUE(bytes_equal(got.scales, want.scales, "scales"))
-              << repro(s, in, T, H) << " items=" << items << " threads=" << threads;
+          detail::force_group_vec(0);
+          const std::string how = " items=" + std::to_string(items) + " threads=" + std::to_string(threads) +
+                                  " vec=" + std::to_string(vec);
+          ASSERT_TRUE(bytes_equal(got.codes, want.codes, "codes", H)) << repro(s, in, T, H) << how;
+          ASSERT_TRUE(bytes_equal(got.scales, want.scales, "scales")) << repro(s, in, T, H) << how;
         }
         ++cases;
       }
@@ -246,28 +251,32 @@ TEST(GroupQuantGpu, FusedSiluAndMulWithinTolerance) {
       if (s.layout != ScaleLayout::row_major && s.group_size != 128) continue;  // layouts: covered above
       const int64_t T = 9, H = s.group_size * 12;
       auto x = test::random_activations(in, T * 2 * H, rng, s.group_size, -3, 3);
-      auto got = gpu_group_quant(x, in, T, H, 2 * H, s, /*fused=*/true);
       const std::vector<float> act = ref::silu_and_mul_rows(x.data(), in, T, H, 2 * H);
       auto want = ref::per_token_group_quant(act.data(), DType::f32, T, H, H, s);
-      ASSERT_EQ(got.scales.size(), want.scales.size());
-      if (s.storage == ScaleStorage::f32) {
-        for (size_t i = 0; i < got.scales.size(); i += 4) {
-          float a, b;
-          std::memcpy(&a, &got.scales[i], 4);
-          std::memcpy(&b, &want.scales[i], 4);
-          const double rel = b == 0 ? std::fabs(a) : std::fabs(a - b) / std::fabs(b);
-          worst_scale = std::max(worst_scale, rel);
-          ASSERT_LE(rel, 1e-6) << "scale word " << i / 4 << " " << repro(s, in, T, H);
+      for (int vec : {0, 8}) {  // the rule's lanes (4 elements at this size), then 8 forced
+        detail::force_group_vec(vec);
+        auto got = gpu_group_quant(x, in, T, H, 2 * H, s, /*fused=*/true);
+        detail::force_group_vec(0);
+        ASSERT_EQ(got.scales.size(), want.scales.size());
+        if (s.storage == ScaleStorage::f32) {
+          for (size_t i = 0; i < got.scales.size(); i += 4) {
+            float a, b;
+            std::memcpy(&a, &got.scales[i], 4);
+            std::memcpy(&b, &want.scales[i], 4);
+            const double rel = b == 0 ? std::fabs(a) : std::fabs(a - b) / std::fabs(b);
+            worst_scale = std::max(worst_scale, rel);
+            ASSERT_LE(rel, 1e-6) << "scale word " << i / 4 << " " << repro(s, in, T, H);
+          }
+        } else {
+          ASSERT_TRUE(bytes_equal(got.scales, want.scales, "ue8m0 scales")) << repro(s, in, T, H);
         }
-      } else {
-        ASSERT_TRUE(bytes_equal(got.scales, want.scales, "ue8m0 scales")) << repro(s, in, T, H);
+        for (size_t i = 0; i < got.codes.size(); ++i) {
+          const int d = std::abs(code_ordinal(got.codes[i], s.code) - code_ordinal(want.codes[i], s.code));
+          ASSERT_LE(d, 1) << "code " << i << " " << repro(s, in, T, H);
+          off_by_one += d;
+        }
+        total += static_cast<int64_t>(got.codes.size());
       }
-      for (size_t i = 0; i < got.codes.size(); ++i) {
-        const int d = std::abs(code_ordinal(got.codes[i], s.code) - code_ordinal(want.codes[i], s.code));
-        ASSERT_LE(d, 1) << "code " << i << " " << repro(s, in, T, H);
-        off_by_one += d;
-      }
-      total += static_cast<int64_t>(got.codes.size());
     }
   const double frac = static_cast<double>(off_by_one) / static_cast<double>(total);
   std::printf("[fp8route] fused silu_and_mul: %lld of %lld codes one step off (%.2e), worst scale rel err %.2e\n",

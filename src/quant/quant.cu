@@ -55,8 +55,10 @@ void dispatch_float(DType t, F&& f) {
 // either (detail::force_group_items) to re-measure this rule.
 int g_force_items = 0;
 // Threads per block of the group kernel, at most (0: kGroupThreads). Fewer spread a decode call
-// over more SMs; detail::force_group_threads lets the benchmark measure that (not yet measured).
+// over more SMs; detail::force_group_threads lets the benchmark measure that.
 int g_group_threads = 0;
+// Elements per lane of decode-sized plain launches (0: the rule below; detail::force_group_vec).
+int g_force_vec = 0;
 // Largest tensor (in 8-element vectors) the dynamic per-tensor quant runs as one cluster launch
 // (smaller ones may take the one-block path first; larger ones, two launches). detail::set_tensor_cluster_max_vecs lets the benchmark move it.
 int64_t g_cluster_max_vecs = 4096;
@@ -65,6 +67,54 @@ int group_items(int64_t rows, int64_t vecs_per_row) {
   if (g_force_items) return g_force_items;
   const int64_t resident_threads = static_cast<int64_t>(device_info(-1).sm_count) * 2048;
   return rows * vecs_per_row > 2 * resident_threads ? 4 : 1;
+}
+
+// The decode kernel (kernels::group_quant_decode_kernel) for plain one-item launches of the two
+// E4M3 encodings while the launch has at most 2048 lanes (of 4 elements) per SM, 128 with packed
+// UE8M0 scales; else the general kernel. Measured on the H200 (bench/results/2026-11-30-quant-v4-h200,
+// general kernel -> decode kernel): T = 1, H = 4096: group 1.52 -> 1.36 us, fused silu 1.82 -> 1.48;
+// it stays ahead to T = 256, H = 4096 (silu 3.60 -> 3.15, group 2.44 -> 2.41) and is level or behind
+// past that (T = 256, H = 7168: group 3.06 -> 3.44). With packed UE8M0 scales it falls behind from
+// T = 32, H = 4096 (1.83 -> 1.93 us): four groups of a scale word are written by four warps there,
+// two in the general kernel. Blocks of 64 threads were slower everywhere (1.43 us at T = 1).
+bool use_decode_kernel(const GroupQuantParams& p, int64_t rows, bool fused) {
+  const bool plain_fast = p.experts == 1 && !p.masked_m && !p.src2dst && !p.int8 && p.pow2 == p.packed;
+  const bool fits = rows <= 65535 && p.x_stride_t <= 0x7FFFFFFF && rows * p.hidden <= 0x7FFFFFFF;
+  if (!plain_fast || !fits || group_items(rows, p.hidden / kernels::kQuantVec) != 1) return false;
+  if (g_force_vec) return g_force_vec == kernels::kDecodeVec;
+  const int64_t lanes = rows * p.hidden / kernels::kDecodeVec;
+  const int64_t per_sm = fused || !p.packed ? 2048 : 128;
+  return lanes <= device_info(-1).sm_count * per_sm;
+}
+
+// Grid (chunks, T): a block takes a chunk of one row, blockDim.x lanes, a multiple of the warp and
+// of the group's lanes.
+static_assert(sizeof(kernels::DecodeQuantParams) == 56, "the decode kernel's parameters, as its comment says");
+
+template <class InT, int kGroup, bool kFused>
+void launch_group_decode(const GroupQuantParams& g, int64_t rows, cudaStream_t stream) {
+  using kernels::GroupEnc;
+  constexpr int kLanes = kernels::GroupTraits<kGroup, kernels::kDecodeVec>::kLanes;
+  constexpr int kUnit = kLanes > 32 ? kLanes : 32;
+  kernels::DecodeQuantParams p{};
+  p.x = g.x;
+  p.q = g.q;
+  p.s = g.s;
+  p.x_stride_t = static_cast<int32_t>(g.x_stride_t);
+  p.hidden = static_cast<int32_t>(g.hidden);
+  p.vecs = static_cast<int32_t>(g.hidden / kernels::kDecodeVec);
+  p.tokens = static_cast<int32_t>(g.tokens);
+  p.t_pad = static_cast<int32_t>(g.t_pad);
+  p.groups = static_cast<int32_t>(g.groups);
+  p.s_stride_t = static_cast<int32_t>(g.s_stride_t);
+  p.s_stride_c = static_cast<int32_t>(g.s_stride_c);
+  const int threads = g_group_threads ? g_group_threads : kernels::kGroupThreads;
+  const int64_t chunks = (p.vecs + threads - 1) / threads;
+  const int tpr = static_cast<int>(((p.vecs + chunks - 1) / chunks + kUnit - 1) / kUnit * kUnit);
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(rows));
+  if (g.pow2) kernels::group_quant_decode_kernel<InT, kGroup, kFused, GroupEnc::e4m3_ue8m0><<<grid, tpr, 0, stream>>>(p);
+  else kernels::group_quant_decode_kernel<InT, kGroup, kFused, GroupEnc::e4m3_f32><<<grid, tpr, 0, stream>>>(p);
+  FP8ROUTE_CHECK_LAUNCH();
 }
 
 // Block shape: blockDim.x threads per row chunk (a multiple of the warp, chosen so chunks split
@@ -104,7 +154,8 @@ void launch_group(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) 
 
 template <class InT, int kGroup, bool kFused>
 void launch_group_items(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) {
-  if (group_items(rows, p.hidden / kernels::kQuantVec) == 4) launch_group<InT, kGroup, kFused, 4>(p, rows, stream);
+  if (use_decode_kernel(p, rows, kFused)) launch_group_decode<InT, kGroup, kFused>(p, rows, stream);
+  else if (group_items(rows, p.hidden / kernels::kQuantVec) == 4) launch_group<InT, kGroup, kFused, 4>(p, rows, stream);
   else launch_group<InT, kGroup, kFused, 1>(p, rows, stream);
 }
 
@@ -270,6 +321,13 @@ namespace detail {
 void force_group_items(int items) {
   FP8ROUTE_CHECK(items == 0 || items == 1 || items == 4, "items: 0 (automatic), 1 or 4, got " << items);
   g_force_items = items;
+}
+
+void force_group_vec(int vec) {
+  FP8ROUTE_CHECK(vec == 0 || vec == kernels::kDecodeVec || vec == kernels::kQuantVec,
+                 "vec: 0 (automatic), " << kernels::kDecodeVec << " (the decode kernel where it applies) or "
+                                        << kernels::kQuantVec << ", got " << vec);
+  g_force_vec = vec;
 }
 
 void force_group_threads(int threads) {

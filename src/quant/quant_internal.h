@@ -7,6 +7,11 @@ namespace fp8route::detail {
 // thread-safe; for benchmarks that re-measure the rule).
 void force_group_items(int items);
 
+// The group family's decode kernel (4 elements per lane; plain one-item launches with E4M3 codes
+// and f32 or packed UE8M0 scales): 0 = the automatic rule, 4 = wherever it applies, 8 = never.
+// Not thread-safe; for the benchmark and tests.
+void force_group_vec(int vec);
+
 // Threads per block of the group kernel, at most: 0 = 256 (the rule), or a multiple of 32 below.
 // Not thread-safe; for the benchmark and tests.
 void force_group_threads(int threads);

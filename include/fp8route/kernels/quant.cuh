@@ -16,6 +16,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "fp8route/kernels/scale_math.h"
 
@@ -25,29 +26,32 @@ namespace fp8route::kernels {
 
 constexpr int kQuantVec = 8;  // elements per lane: 16 bytes of bf16/f16, two 16-byte loads of f32
 
-// Eight elements as loaded: one 16-byte vector of bf16/f16, two of f32. Kept raw between the
-// load and the arithmetic so that several loads are in flight per thread at little register cost.
-template <class T>
-struct Raw8 {
-  uint4 r[sizeof(T) / 2];
+// N elements as loaded (N * sizeof(T) bytes: one 16-byte vector of 8 bf16/f16, two of 8 f32, one
+// 8- or 4-byte word for the narrow lanes of the decode shape). Kept raw between the load and the
+// arithmetic so that several loads are in flight per thread at little register cost.
+template <class T, int N>
+struct RawVec {
+  static constexpr int kBytes = N * static_cast<int>(sizeof(T));
+  static_assert(kBytes >= 4 && (kBytes & (kBytes - 1)) == 0, "a lane loads 4, 8, 16 or 32 bytes");
+  using Word = std::conditional_t<(kBytes >= 16), uint4, std::conditional_t<kBytes == 8, uint2, uint32_t>>;
+  static constexpr int kWords = kBytes > 16 ? kBytes / 16 : 1;
+  Word r[kWords];
 };
-
 template <class T>
-__device__ __forceinline__ Raw8<T> load_raw8(const T* p) {
-  Raw8<T> v;
+using Raw8 = RawVec<T, kQuantVec>;
+
+template <int N, class T>
+__device__ __forceinline__ RawVec<T, N> load_raw(const T* p) {
+  RawVec<T, N> v;
+  using Word = typename RawVec<T, N>::Word;
 #pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(T) / 2); ++i) v.r[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
+  for (int i = 0; i < RawVec<T, N>::kWords; ++i) v.r[i] = __ldg(reinterpret_cast<const Word*>(p) + i);
   return v;
 }
 
-__device__ __forceinline__ void to_float8(const Raw8<float>& v, float (&f)[kQuantVec]) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    f[4 * i + 0] = __uint_as_float(v.r[i].x);
-    f[4 * i + 1] = __uint_as_float(v.r[i].y);
-    f[4 * i + 2] = __uint_as_float(v.r[i].z);
-    f[4 * i + 3] = __uint_as_float(v.r[i].w);
-  }
+template <class T>
+__device__ __forceinline__ Raw8<T> load_raw8(const T* p) {
+  return load_raw<kQuantVec>(p);
 }
 
 __device__ __forceinline__ float2 pair_to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
@@ -60,15 +64,26 @@ struct HalfPair<__nv_bfloat16> { using type = __nv_bfloat162; };
 template <>
 struct HalfPair<__half> { using type = __half2; };
 
+template <class T, int N>
+__device__ __forceinline__ void to_float(const RawVec<T, N>& v, float (&f)[N]) {
+  if constexpr (sizeof(T) == 4) {
+    const float* w = reinterpret_cast<const float*>(&v.r[0]);
+#pragma unroll
+    for (int i = 0; i < N; ++i) f[i] = w[i];
+  } else {
+    const auto* h = reinterpret_cast<const typename HalfPair<T>::type*>(&v.r[0]);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const float2 x = pair_to_float2(h[i]);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+}
+
 template <class T>
 __device__ __forceinline__ void to_float8(const Raw8<T>& v, float (&f)[kQuantVec]) {
-  const auto* h = reinterpret_cast<const typename HalfPair<T>::type*>(&v.r[0]);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 x = pair_to_float2(h[i]);
-    f[2 * i] = x.x;
-    f[2 * i + 1] = x.y;
-  }
+  to_float(v, f);
 }
 
 template <class T>
@@ -84,10 +99,14 @@ __device__ __forceinline__ float finite_abs(float v) {
 
 // The fused path has a tolerance (NUMERICS.md: scales within 1e-6 relative), not bit-exactness:
 // expf (not __expf: that one is several ulp off for large |gate| and flushes denormals) and the
-// two-instruction __fdividef (2 ulp; its 0 for a denominator above 2^126 is silu's limit there,
-// -0 for gate -> -inf) keep the result within a few ulp of fp32, ~3e-7 relative.
+// hardware reciprocal of 1 + exp(-gate) times gate (2 ulp; what __fdividef computes, without its
+// rescaling of denominators below FLT_MIN, which 1 + exp(-gate) >= 1 never is; a denominator above
+// 2^126 has reciprocal 0, silu's limit there, -0 for gate -> -inf) keep the result within a few
+// ulp of fp32, ~3e-7 relative.
 __device__ __forceinline__ float silu_and_mul(float gate, float up) {
-  return __fmul_rn(__fdividef(gate, __fadd_rn(1.0f, expf(-gate))), up);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(__fadd_rn(1.0f, expf(-gate))));
+  return __fmul_rn(__fmul_rn(r, gate), up);
 }
 
 // ---- scales ------------------------------------------------------------------------------------
@@ -125,14 +144,20 @@ __device__ __forceinline__ ScaleAndMultiplier make_scale(float amax, float qmax,
 
 // ---- codes -------------------------------------------------------------------------------------
 
-// Eight codes packed little-endian into 8 bytes. NaN elements -> 0; E4M3 saturates (+-inf
-// included) to +-448, INT8 rounds to nearest even and saturates to +-127.
-__device__ __forceinline__ uint2 encode8(const float (&x)[kQuantVec], float m, bool int8,
-                                         bool may_have_nan = true) {
-  uint32_t w[2] = {0, 0};
+// N codes packed little-endian into N bytes (a uint2 for 8, a uint32_t for 4, a uint16_t for 2).
+template <int N>
+using CodeWord = std::conditional_t<N == 8, uint2, std::conditional_t<N == 4, uint32_t, uint16_t>>;
+
+// NaN elements -> 0; E4M3 saturates (+-inf included) to +-448, INT8 rounds to nearest even and
+// saturates to +-127.
+template <int N>
+__device__ __forceinline__ CodeWord<N> encode(const float (&x)[N], float m, bool int8, bool may_have_nan = true) {
+  static_assert(N == 2 || N == 4 || N == 8, "2, 4 or 8 codes per lane");
+  constexpr int kWords = (N + 3) / 4;
+  uint32_t w[kWords] = {};
   if (!int8) {
 #pragma unroll
-    for (int i = 0; i < kQuantVec; i += 2) {
+    for (int i = 0; i < N; i += 2) {
       const __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(
           make_float2(__fmul_rn(x[i], m), __fmul_rn(x[i + 1], m)), __NV_SATFINITE, __NV_E4M3);
       w[i / 4] |= static_cast<uint32_t>(p) << (8 * (i % 4));
@@ -142,23 +167,25 @@ __device__ __forceinline__ uint2 encode8(const float (&x)[kQuantVec], float m, b
     // instead of a test per element.
     if (may_have_nan) {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) w[j] &= ~__vcmpeq4(w[j] | 0x80808080u, 0xFFFFFFFFu);
+      for (int j = 0; j < kWords; ++j) w[j] &= ~__vcmpeq4(w[j] | 0x80808080u, 0xFFFFFFFFu);
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < kQuantVec; ++i) {
+    for (int i = 0; i < N; ++i) {
       const float v = isnan(x[i]) ? 0.0f : __fmul_rn(x[i], m);
       const int q = __float2int_rn(fminf(fmaxf(v, -127.0f), 127.0f));
       w[i / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i % 4));
     }
   }
-  return make_uint2(w[0], w[1]);
+  if constexpr (N == 8) return make_uint2(w[0], w[1]);
+  else return static_cast<CodeWord<N>>(w[0]);
 }
 
-__device__ __forceinline__ float exact_finite_amax8(const float (&x)[kQuantVec]) {
+template <int N>
+__device__ __forceinline__ float exact_finite_amax(const float (&x)[N]) {
   float a = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kQuantVec; ++i) a = fmaxf(a, finite_abs(x[i]));
+  for (int i = 0; i < N; ++i) a = fmaxf(a, finite_abs(x[i]));
   return a;
 }
 
@@ -172,24 +199,32 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 // The group kernel's amax: |x| with NaN propagated, so one test (`special`: not <= FLT_MAX) finds
 // the rare lane holding a NaN or an infinity. Only such a lane pays for the exact finite amax and
 // for fixing NaN codes.
-__device__ __forceinline__ float amax8_flag(const float (&x)[kQuantVec], bool& special) {
-  float a = 0.0f;
+// The maximum is taken as a tree (log2 N dependent steps, not N): a decode lane's time is its chain.
+template <int N>
+__device__ __forceinline__ float amax_flag(const float (&x)[N], bool& special) {
+  float m[N];
 #pragma unroll
-  for (int i = 0; i < kQuantVec; ++i) a = fmax_nan(a, fabsf(x[i]));
+  for (int i = 0; i < N; ++i) m[i] = fabsf(x[i]);
+#pragma unroll
+  for (int w = 1; w < N; w *= 2)
+#pragma unroll
+    for (int i = 0; i + w < N; i += 2 * w) m[i] = fmax_nan(m[i], m[i + w]);
+  float a = m[0];
   if (!(a <= FLT_MAX)) {
     special = true;
-    a = exact_finite_amax8(x);
+    a = exact_finite_amax(x);
   }
   return a;
 }
 
-// Finite-amax of eight values: fmaxf with |x| ignores NaN for free; an infinity (rare) sends the
+// Finite-amax of N values: fmaxf with |x| ignores NaN for free; an infinity (rare) sends the
 // lane through the exact test, so the common case costs one instruction per element.
-__device__ __forceinline__ float finite_amax8(const float (&x)[kQuantVec]) {
+template <int N>
+__device__ __forceinline__ float finite_amax(const float (&x)[N]) {
   float a = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kQuantVec; ++i) a = fmaxf(a, fabsf(x[i]));
-  if (a > FLT_MAX) a = exact_finite_amax8(x);
+  for (int i = 0; i < N; ++i) a = fmaxf(a, fabsf(x[i]));
+  if (a > FLT_MAX) a = exact_finite_amax(x);
   return a;
 }
 
@@ -207,9 +242,12 @@ __device__ __forceinline__ float warp_max_nonneg(float v) {
   return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(v)));
 }
 
+// A group wider than a warp (kLanes > 32) gets its warp's max here; the kernel combines the warps.
 template <int kLanes>
 __device__ __forceinline__ float group_max_nonneg(float v) {
-  if constexpr (kLanes >= 16) {
+  if constexpr (kLanes >= 32) {
+    return warp_max_nonneg(v);
+  } else if constexpr (kLanes >= 16) {
     const unsigned bits = __float_as_uint(v);
     const unsigned mine = (threadIdx.x + threadIdx.y * blockDim.x) % 32 / kLanes;
     unsigned r = 0;
@@ -250,29 +288,43 @@ struct GroupQuantParams {
 };
 
 // Writes zeros into the scale padding that column `c` (a group; for packed storage the group that
-// owns a word, c % 4 == 0) is responsible for: layout rows [rows, t_pad) of expert e.
-__device__ __forceinline__ void zero_row_padding(const GroupQuantParams& p, int64_t e, int64_t rows,
-                                                 int64_t c) {
-  if (p.packed && (c & 3)) return;
-  const int64_t col = p.packed ? (c >> 2) : c;
-  uint32_t* s = static_cast<uint32_t*>(p.s);
-  for (int64_t t = rows; t < p.t_pad; ++t) s[e * p.s_stride_e + t * p.s_stride_t + col * p.s_stride_c] = 0;
+// owns a word, c % 4 == 0) is responsible for: layout rows [rows, t_pad) of the scales at s (one
+// expert's), words t * stride_t + column * stride_c.
+__device__ __forceinline__ void zero_row_padding(uint32_t* s, int64_t stride_t, int64_t stride_c, bool packed,
+                                                 int64_t rows, int64_t t_pad, int64_t c) {
+  if (packed && (c & 3)) return;
+  const int64_t col = packed ? (c >> 2) : c;
+  for (int64_t t = rows; t < t_pad; ++t) s[t * stride_t + col * stride_c] = 0;
 }
 
-// Scale of group c of a row whose scale words start at s_row (f32: word c * s_stride_c; packed:
-// byte c % 4, little-endian, of word c / 4, a byte store that leaves the other groups' bytes alone).
-// Word offsets within one expert's scales fit 32 bits (checked by the launcher).
-__device__ __forceinline__ void store_scale(const GroupQuantParams& p, bool packed, uint32_t* s_row,
+// Scale of group c (of `groups`) of a row whose scale words start at s_row (f32: word c * stride;
+// packed: byte c % 4, little-endian, of word c / 4, a byte store that leaves the other groups'
+// bytes alone). Word offsets within one expert's scales fit 32 bits (checked by the launcher).
+__device__ __forceinline__ void store_scale(uint32_t* s_row, uint32_t stride, int64_t groups, bool packed,
                                             int c, const ScaleAndMultiplier& sm) {
-  const uint32_t stride = static_cast<uint32_t>(p.s_stride_c);
   if (!packed) {
     reinterpret_cast<float*>(s_row)[static_cast<uint32_t>(c) * stride] = sm.scale;
     return;
   }
   uint8_t* word = reinterpret_cast<uint8_t*>(s_row + static_cast<uint32_t>(c >> 2) * stride);
   word[c & 3] = static_cast<uint8_t>(sm.ue8m0);
-  if (c == p.groups - 1)  // bytes past the last group are padding
+  if (c == groups - 1)  // bytes past the last group are padding
     for (int b = (c & 3) + 1; b < 4; ++b) word[b] = 0;
+}
+
+// One lane's values: its raw vector converted (fused: silu(gate) * up, the up half from raw_up),
+// and their amax (`special` set if the lane holds a NaN or an infinity).
+template <bool kFused, class InT, int N>
+__device__ __forceinline__ float lane_values(const RawVec<InT, N>& raw, const RawVec<InT, N>& raw_up,
+                                             float (&x)[N], bool& special) {
+  to_float(raw, x);
+  if constexpr (kFused) {
+    float up[N];
+    to_float(raw_up, up);
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = silu_and_mul(x[i], up[i]);
+  }
+  return amax_flag(x, special);
 }
 
 // Output encodings with code of their own: the two common ones (E4M3 codes with f32 scales, or with
@@ -280,12 +332,15 @@ __device__ __forceinline__ void store_scale(const GroupQuantParams& p, bool pack
 // codes, pow2 scales stored as f32) runs `generic`, which reads the choices from the params.
 enum class GroupEnc { generic, e4m3_f32, e4m3_ue8m0 };
 
-// Lanes per group: each lane holds kQuantVec elements; a group's lanes are adjacent in one warp.
-template <int kGroup>
+// Lanes per group: each lane holds kVec elements (kQuantVec; kDecodeVec in the decode kernel); a
+// group's lanes are adjacent, in one warp or (kLanes > 32, the decode kernel's groups of 256) in
+// adjacent whole warps of one block.
+template <int kGroup, int kVec = kQuantVec>
 struct GroupTraits {
-  static constexpr int kLanes = kGroup / kQuantVec;
-  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0,
-                "group size must be 8 * a power of two, at most 256");
+  static constexpr int kLanes = kGroup / kVec;
+  static constexpr int kWarps = kLanes > 32 ? kLanes / 32 : 1;  // warps per group
+  static_assert(kLanes >= 1 && kLanes <= 64 && (kLanes & (kLanes - 1)) == 0 && kGroup % kVec == 0,
+                "group size must be kVec * a power of two, at most 256");
 };
 
 // ---- launch shape ---------------------------------------------------------------------------------
@@ -328,7 +383,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
   const int first = static_cast<int>(blockIdx.y) * kItems * tpr + tx;
   const InT* src = static_cast<const InT*>(p.x) + e * p.x_stride_e + t * p.x_stride_t;
 
-  Raw8<InT> raw[kItems], raw_up[kFused ? kItems : 1];
+  Raw8<InT> raw[kItems], raw_up[kItems];
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
     const int v = first + k * tpr;
@@ -346,8 +401,9 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
     for (int k = 0; k < kItems; ++k) {
       const int v = first + k * tpr;
       if (v >= vecs) break;
-      if (src2dst) zero_row_padding(p, 0, p.dst_rows, v / kLanes);
-      else zero_row_padding(p, e, p.tokens, v / kLanes);
+      uint32_t* s_e = static_cast<uint32_t*>(p.s) + e * p.s_stride_e;
+      zero_row_padding(s_e, p.s_stride_t, p.s_stride_c, p.packed, src2dst ? p.dst_rows : p.tokens, p.t_pad,
+                       v / kLanes);
     }
   }
 
@@ -355,19 +411,8 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
   float amax[kItems];
   bool special = false;  // this lane holds a NaN or an infinity
 #pragma unroll
-  for (int k = 0; k < kItems; ++k) {
-    amax[k] = 0.0f;
-    if (valid && first + k * tpr < vecs) {
-      to_float8(raw[k], x[k]);
-      if constexpr (kFused) {
-        float up[kQuantVec];
-        to_float8(raw_up[k], up);
-#pragma unroll
-        for (int i = 0; i < kQuantVec; ++i) x[k][i] = silu_and_mul(x[k][i], up[i]);
-      }
-      amax[k] = amax8_flag(x[k], special);
-    }
-  }
+  for (int k = 0; k < kItems; ++k)
+    amax[k] = valid && first + k * tpr < vecs ? lane_values<kFused>(raw[k], raw_up[k], x[k], special) : 0.0f;
 #pragma unroll
   for (int k = 0; k < kItems; ++k) amax[k] = group_max_nonneg<kLanes>(amax[k]);
   const bool fix_nan = __any_sync(0xffffffffu, special);  // warp-uniform
@@ -381,20 +426,106 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
     const int v = first + k * tpr;
     if (v >= vecs) break;
     const ScaleAndMultiplier sm = make_scale(amax[k], qmax, pow2);
-    const uint2 codes = encode8(x[k], sm.multiplier, int8, fix_nan);
+    const uint2 codes = encode(x[k], sm.multiplier, int8, fix_nan);
     const int c = v / kLanes;  // group (kLanes is a power of two)
     if (!src2dst) {
       *reinterpret_cast<uint2*>(q_row + static_cast<uint32_t>(v) * kQuantVec) = codes;
-      if (lane == 0) store_scale(p, packed, s_row, c, sm);
+      if (lane == 0) store_scale(s_row, static_cast<uint32_t>(p.s_stride_c), p.groups, packed, c, sm);
       continue;
     }
     for (int j = 0; j < p.topk; ++j) {
       const int64_t dst = src2dst[t * p.topk + j];
       if (dst < 0 || dst >= p.dst_rows) continue;
       *reinterpret_cast<uint2*>(p.q + dst * p.hidden + static_cast<uint32_t>(v) * kQuantVec) = codes;
-      if (lane == 0) store_scale(p, packed, static_cast<uint32_t*>(p.s) + dst * p.s_stride_t, c, sm);
+      if (lane == 0)
+        store_scale(static_cast<uint32_t*>(p.s) + dst * p.s_stride_t, static_cast<uint32_t>(p.s_stride_c), p.groups,
+                    packed, c, sm);
     }
   }
+}
+
+// ---- the decode kernel ----------------------------------------------------------------------------
+// Plain [T, H] launches with few lanes (decode), E4M3 codes with f32 or packed UE8M0 scales: the
+// same arithmetic as group_quant_kernel in a shorter chain per lane. At T = 1 the GPU has far more
+// lanes than the input has vectors and each lane's chain of dependent instructions is the kernel's
+// time, so:
+// - a lane takes kDecodeVec elements (a group of 128 is one warp), which halves the fused silu's
+//   ~12 instructions per element in the chain;
+// - the load's address needs no test: grid (chunks, T) with one row per blockIdx.y, and a lane past
+//   the row's end reads the row's first vector and writes nothing;
+// - the parameters are 56 bytes of 32-bit sizes (the general kernel's take 160), read without a
+//   predicate.
+// On the H200 at T = 1, H = 4096 the last two took the fused kernel from 1.53 to 1.48 us and the
+// plain one from 1.45 to 1.36 (4 elements per lane in the general kernel, then this kernel); which
+// of the two matters more was not measured. A group of 256 spans two warps, whose maxima meet in
+// shared memory after one block barrier.
+constexpr int kDecodeVec = 4;
+
+struct DecodeQuantParams {  // 56 bytes
+  const void* x;
+  uint8_t* q;
+  void* s;
+  int32_t x_stride_t;  // elements
+  int32_t hidden;      // H of the output (input rows hold 2H when fused)
+  int32_t vecs;        // H / kDecodeVec
+  int32_t tokens;
+  int32_t t_pad;       // rows of the scale layout
+  int32_t groups;
+  int32_t s_stride_t, s_stride_c;  // 4-byte words
+};
+
+template <class InT, int kGroup, bool kFused, GroupEnc kEnc>
+__global__ void __launch_bounds__(kGroupThreads) group_quant_decode_kernel(const DecodeQuantParams p) {
+  static_assert(kEnc != GroupEnc::generic, "the decode kernel has the two E4M3 encodings");
+  constexpr bool kPacked = kEnc == GroupEnc::e4m3_ue8m0;
+  using Traits = GroupTraits<kGroup, kDecodeVec>;
+  constexpr int kLanes = Traits::kLanes;
+  const int t = blockIdx.y;
+  const int v = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const bool valid = v < p.vecs;
+  const InT* src = static_cast<const InT*>(p.x) + static_cast<int64_t>(t) * p.x_stride_t + (valid ? v : 0) * kDecodeVec;
+  RawVec<InT, kDecodeVec> raw = load_raw<kDecodeVec>(src), raw_up;
+  if constexpr (kFused) raw_up = load_raw<kDecodeVec>(src + p.hidden);
+
+  const int lane = static_cast<int>(threadIdx.x) % kLanes;
+  const int c = v / kLanes;
+  uint32_t* s = static_cast<uint32_t*>(p.s);
+  if (t == p.tokens - 1 && p.t_pad > p.tokens && lane == 0 && valid)  // layout rows past the last token
+    zero_row_padding(s, p.s_stride_t, p.s_stride_c, kPacked, p.tokens, p.t_pad, c);
+
+  float x[kDecodeVec];
+  bool special = false;
+  float amax = lane_values<kFused>(raw, raw_up, x, special);
+  if (!valid) {
+    amax = 0.0f;
+    special = false;
+  }
+  amax = group_max_nonneg<kLanes>(amax);
+  bool fix_nan = __any_sync(0xffffffffu, special);
+  if constexpr (Traits::kWarps > 1) {  // a group of 256: two warps
+    __shared__ uint32_t warp_amax[kGroupThreads / 32];
+    __shared__ uint32_t warp_special[kGroupThreads / 32];
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    if (threadIdx.x % 32 == 0) {
+      warp_amax[warp] = __float_as_uint(amax);
+      warp_special[warp] = fix_nan;
+    }
+    __syncthreads();
+    const int lead = warp / Traits::kWarps * Traits::kWarps;
+    uint32_t m = 0, any = 0;
+#pragma unroll
+    for (int w = 0; w < Traits::kWarps; ++w) {
+      m = max(m, warp_amax[lead + w]);
+      any |= warp_special[lead + w];
+    }
+    amax = __uint_as_float(m);
+    fix_nan = any != 0;
+  }
+  if (!valid) return;
+  const ScaleAndMultiplier sm = make_scale(amax, 448.0f, kPacked);
+  const uint32_t out = static_cast<uint32_t>(t) * static_cast<uint32_t>(p.hidden) + static_cast<uint32_t>(v) * kDecodeVec;
+  *reinterpret_cast<uint32_t*>(p.q + out) = encode(x, sm.multiplier, false, fix_nan);
+  if (lane == 0) store_scale(s + t * p.s_stride_t, static_cast<uint32_t>(p.s_stride_c), p.groups, kPacked, c, sm);
 }
 
 // ---- per-token and per-tensor ------------------------------------------------------------------
@@ -448,7 +579,7 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
       if (k * kRowThreads + static_cast<int>(threadIdx.x) < vecs) {
         float x[kQuantVec];
         to_float8(raw[k], x);
-        amax = fmaxf(amax, finite_amax8(x));
+        amax = fmaxf(amax, finite_amax(x));
       }
     }
     amax = block_max(amax, smem);
@@ -459,7 +590,7 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
       if (v < vecs) {
         float x[kQuantVec];
         to_float8(raw[k], x);
-        *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode8(x, sm.multiplier, p.int8);
+        *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode(x, sm.multiplier, p.int8);
       }
     }
     if (threadIdx.x == 0) p.s[t] = sm.scale;
@@ -469,14 +600,14 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
   for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
     float x[kQuantVec];
     load_vec8(row + v * kQuantVec, x);
-    amax = fmaxf(amax, finite_amax8(x));
+    amax = fmaxf(amax, finite_amax(x));
   }
   amax = block_max(amax, smem);
   const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
   for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
     float x[kQuantVec];
     load_vec8(row + v * kQuantVec, x);
-    *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode8(x, sm.multiplier, p.int8);
+    *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode(x, sm.multiplier, p.int8);
   }
   if (threadIdx.x == 0) p.s[t] = sm.scale;
 }
@@ -527,7 +658,7 @@ __global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuant
   __shared__ float smem[32];
   float amax = 0.0f;
   for_each_vector<InT>(p, [&](int64_t, int64_t, const float (&x)[kQuantVec]) {
-    amax = fmaxf(amax, finite_amax8(x));
+    amax = fmaxf(amax, finite_amax(x));
   });
   amax = block_max(amax, smem);
   if (threadIdx.x != 0) return;
@@ -554,7 +685,7 @@ __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuan
     float x[kQuantVec];
 #pragma unroll
     for (int j = 0; j < kQuantVec; ++j) x[j] = kStatic ? __fdiv_rn(xin[j], s) : xin[j];
-    *reinterpret_cast<uint2*>(p.q + t * p.hidden + v * kQuantVec) = encode8(x, m, p.int8);
+    *reinterpret_cast<uint2*>(p.q + t * p.hidden + v * kQuantVec) = encode(x, m, p.int8);
   });
 }
 
@@ -602,7 +733,7 @@ __global__ void __launch_bounds__(kClusterThreads) tensor_quant_cluster_kernel(c
     if (k < per_thread && base + k * stride < total) {
       float v[kQuantVec];
       to_float8(raw[k], v);
-      amax = fmaxf(amax, finite_amax8(v));
+      amax = fmaxf(amax, finite_amax(v));
     }
   }
   amax = block_max(amax, smem);
@@ -621,7 +752,7 @@ __global__ void __launch_bounds__(kClusterThreads) tensor_quant_cluster_kernel(c
     if (k < per_thread && i < total) {
       float v[kQuantVec];
       to_float8(raw[k], v);
-      *reinterpret_cast<uint2*>(p.q + static_cast<int64_t>(i) * kQuantVec) = encode8(v, sm.multiplier, p.int8);
+      *reinterpret_cast<uint2*>(p.q + static_cast<int64_t>(i) * kQuantVec) = encode(v, sm.multiplier, p.int8);
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.s = sm.scale;
