@@ -75,8 +75,8 @@ int group_items(int64_t rows, int64_t vecs_per_row) {
 // general kernel -> decode kernel): T = 1, H = 4096: group 1.52 -> 1.36 us, fused silu 1.82 -> 1.48;
 // it stays ahead to T = 256, H = 4096 (silu 3.60 -> 3.15, group 2.44 -> 2.41) and is level or behind
 // past that (T = 256, H = 7168: group 3.06 -> 3.44). With packed UE8M0 scales it falls behind from
-// T = 32, H = 4096 (1.83 -> 1.93 us): four groups of a scale word are written by four warps there,
-// two in the general kernel. Blocks of 64 threads were slower everywhere (1.43 us at T = 1).
+// T = 32, H = 4096 (1.83 -> 1.93 us), probably because four warps there write the bytes of one scale word
+// (two in the general kernel; not profiled). Blocks of 64 threads were slower everywhere (1.43 us at T = 1).
 bool use_decode_kernel(const GroupQuantParams& p, int64_t rows, bool fused) {
   const bool plain_fast = p.experts == 1 && !p.masked_m && !p.src2dst && !p.int8 && p.pow2 == p.packed;
   const bool fits = rows <= 65535 && p.x_stride_t <= 0x7FFFFFFF && rows * p.hidden <= 0x7FFFFFFF;
