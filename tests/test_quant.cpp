@@ -265,14 +265,14 @@ TEST(GroupQuantGpu, FusedSiluAndMulWithinTolerance) {
             std::memcpy(&b, &want.scales[i], 4);
             const double rel = b == 0 ? std::fabs(a) : std::fabs(a - b) / std::fabs(b);
             worst_scale = std::max(worst_scale, rel);
-            ASSERT_LE(rel, 1e-6) << "scale word " << i / 4 << " " << repro(s, in, T, H);
+            ASSERT_LE(rel, 1e-6) << "scale word " << i / 4 << " " << repro(s, in, T, H) << " vec=" << vec;
           }
         } else {
-          ASSERT_TRUE(bytes_equal(got.scales, want.scales, "ue8m0 scales")) << repro(s, in, T, H);
+          ASSERT_TRUE(bytes_equal(got.scales, want.scales, "ue8m0 scales")) << repro(s, in, T, H) << " vec=" << vec;
         }
         for (size_t i = 0; i < got.codes.size(); ++i) {
           const int d = std::abs(code_ordinal(got.codes[i], s.code) - code_ordinal(want.codes[i], s.code));
-          ASSERT_LE(d, 1) << "code " << i << " " << repro(s, in, T, H);
+          ASSERT_LE(d, 1) << "code " << i << " " << repro(s, in, T, H) << " vec=" << vec;
           off_by_one += d;
         }
         total += static_cast<int64_t>(got.codes.size());
