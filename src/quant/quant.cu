@@ -69,6 +69,28 @@ int group_items(int64_t rows, int64_t vecs_per_row) {
   return rows * vecs_per_row > 2 * resident_threads ? 4 : 1;
 }
 
+// One [T, H] (no experts, masked_m or src2dst).
+bool plain_launch(const GroupQuantParams& p) { return p.experts == 1 && !p.masked_m && !p.src2dst; }
+
+// The kernels' encoding: the two E4M3 ones with code of their own, else generic.
+kernels::GroupEnc group_enc(const GroupQuantParams& p) {
+  if (p.int8) return kernels::GroupEnc::generic;
+  if (!p.pow2 && !p.packed) return kernels::GroupEnc::e4m3_f32;
+  if (p.pow2 && p.packed) return kernels::GroupEnc::e4m3_ue8m0;
+  return kernels::GroupEnc::generic;
+}
+
+// A row of `per_thread` lanes split into chunks of at most `threads` (blockIdx.y / .x), each
+// blockDim.x = tpr lanes, a multiple of `unit`.
+struct RowChunks {
+  int64_t chunks;
+  int tpr;
+};
+RowChunks row_chunks(int64_t per_thread, int threads, int unit) {
+  const int64_t chunks = (per_thread + threads - 1) / threads;
+  return {chunks, static_cast<int>(((per_thread + chunks - 1) / chunks + unit - 1) / unit * unit)};
+}
+
 // The decode kernel (kernels::group_quant_decode_kernel) for plain one-item launches of the two
 // E4M3 encodings while the launch has at most 2048 lanes (of 4 elements) per SM, 128 with packed
 // UE8M0 scales; else the general kernel. Measured on the H200 (bench/results/2026-11-30-quant-v4-h200,
@@ -78,7 +100,7 @@ int group_items(int64_t rows, int64_t vecs_per_row) {
 // T = 32, H = 4096 (1.83 -> 1.93 us), probably because four warps there write the bytes of one scale word
 // (two in the general kernel; not profiled). Blocks of 64 threads were slower everywhere (1.43 us at T = 1).
 bool use_decode_kernel(const GroupQuantParams& p, int64_t rows, bool fused) {
-  const bool plain_fast = p.experts == 1 && !p.masked_m && !p.src2dst && !p.int8 && p.pow2 == p.packed;
+  const bool plain_fast = plain_launch(p) && group_enc(p) != kernels::GroupEnc::generic;
   const bool fits = rows <= 65535 && p.x_stride_t <= 0x7FFFFFFF && rows * p.hidden <= 0x7FFFFFFF;
   if (!plain_fast || !fits || group_items(rows, p.hidden / kernels::kQuantVec) != 1) return false;
   if (g_force_vec) return g_force_vec == kernels::kDecodeVec;
@@ -108,12 +130,12 @@ void launch_group_decode(const GroupQuantParams& g, int64_t rows, cudaStream_t s
   p.groups = static_cast<int32_t>(g.groups);
   p.s_stride_t = static_cast<int32_t>(g.s_stride_t);
   p.s_stride_c = static_cast<int32_t>(g.s_stride_c);
-  const int threads = g_group_threads ? g_group_threads : kernels::kGroupThreads;
-  const int64_t chunks = (p.vecs + threads - 1) / threads;
-  const int tpr = static_cast<int>(((p.vecs + chunks - 1) / chunks + kUnit - 1) / kUnit * kUnit);
+  const auto [chunks, tpr] = row_chunks(p.vecs, g_group_threads ? g_group_threads : kernels::kGroupThreads, kUnit);
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(rows));
-  if (g.pow2) kernels::group_quant_decode_kernel<InT, kGroup, kFused, GroupEnc::e4m3_ue8m0><<<grid, tpr, 0, stream>>>(p);
-  else kernels::group_quant_decode_kernel<InT, kGroup, kFused, GroupEnc::e4m3_f32><<<grid, tpr, 0, stream>>>(p);
+  if (group_enc(g) == GroupEnc::e4m3_ue8m0)
+    kernels::group_quant_decode_kernel<InT, kGroup, kFused, GroupEnc::e4m3_ue8m0><<<grid, tpr, 0, stream>>>(p);
+  else
+    kernels::group_quant_decode_kernel<InT, kGroup, kFused, GroupEnc::e4m3_f32><<<grid, tpr, 0, stream>>>(p);
   FP8ROUTE_CHECK_LAUNCH();
 }
 
@@ -129,8 +151,9 @@ void launch_group(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) 
   int tpr, rows_per_block = 1;
   int64_t chunks = 1;
   if (per_thread >= 32) {
-    chunks = (per_thread + threads - 1) / threads;
-    tpr = static_cast<int>(((per_thread + chunks - 1) / chunks + 31) / 32 * 32);
+    const RowChunks rc = row_chunks(per_thread, threads, 32);
+    chunks = rc.chunks;
+    tpr = rc.tpr;
     rows_per_block = std::max(1, threads / tpr);
   } else {
     tpr = kLanes;  // a power of two dividing 32, so warps hold whole rows
@@ -140,13 +163,14 @@ void launch_group(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) 
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   FP8ROUTE_CHECK(blocks <= 0x7FFFFFFF && chunks <= 65535, "x: too many rows (" << rows << ") for one launch");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks)), block(tpr, rows_per_block);
-  const bool plain = p.experts == 1 && !p.masked_m && !p.src2dst;
+  const bool plain = plain_launch(p);
   auto launch = [&]<GroupEnc kEnc>() {
     if (plain) kernels::group_quant_kernel<InT, kGroup, kFused, kItems, kEnc, true><<<grid, block, 0, stream>>>(p);
     else kernels::group_quant_kernel<InT, kGroup, kFused, kItems, kEnc, false><<<grid, block, 0, stream>>>(p);
   };
-  if (!p.int8 && !p.pow2 && !p.packed) launch.template operator()<GroupEnc::e4m3_f32>();
-  else if (!p.int8 && p.pow2 && p.packed) launch.template operator()<GroupEnc::e4m3_ue8m0>();
+  const GroupEnc enc = group_enc(p);
+  if (enc == GroupEnc::e4m3_f32) launch.template operator()<GroupEnc::e4m3_f32>();
+  else if (enc == GroupEnc::e4m3_ue8m0) launch.template operator()<GroupEnc::e4m3_ue8m0>();
   else
     kernels::group_quant_kernel<InT, kGroup, kFused, kItems, GroupEnc::generic, false><<<grid, block, 0, stream>>>(p);
   FP8ROUTE_CHECK_LAUNCH();

@@ -26,14 +26,15 @@ namespace fp8route::kernels {
 
 constexpr int kQuantVec = 8;  // elements per lane: 16 bytes of bf16/f16, two 16-byte loads of f32
 
-// N elements as loaded (N * sizeof(T) bytes: one 16-byte vector of 8 bf16/f16, two of 8 f32, one
-// 8- or 4-byte word for the narrow lanes of the decode shape). Kept raw between the load and the
-// arithmetic so that several loads are in flight per thread at little register cost.
+// N elements as loaded (N * sizeof(T) bytes: one 16-byte vector of 8 bf16/f16, two of 8 f32; for
+// the decode kernel's 4 elements one 8-byte word of bf16/f16, one 16-byte vector of f32). Kept raw
+// between the load and the arithmetic so that several loads are in flight per thread at little
+// register cost.
 template <class T, int N>
 struct RawVec {
   static constexpr int kBytes = N * static_cast<int>(sizeof(T));
-  static_assert(kBytes >= 4 && (kBytes & (kBytes - 1)) == 0, "a lane loads 4, 8, 16 or 32 bytes");
-  using Word = std::conditional_t<(kBytes >= 16), uint4, std::conditional_t<kBytes == 8, uint2, uint32_t>>;
+  static_assert(kBytes == 8 || kBytes == 16 || kBytes == 32, "a lane loads 8, 16 or 32 bytes");
+  using Word = std::conditional_t<(kBytes >= 16), uint4, uint2>;
   static constexpr int kWords = kBytes > 16 ? kBytes / 16 : 1;
   Word r[kWords];
 };
@@ -144,16 +145,16 @@ __device__ __forceinline__ ScaleAndMultiplier make_scale(float amax, float qmax,
 
 // ---- codes -------------------------------------------------------------------------------------
 
-// N codes packed little-endian into N bytes (a uint2 for 8, a uint32_t for 4, a uint16_t for 2).
+// N codes packed little-endian into N bytes (a uint2 for 8, a uint32_t for 4).
 template <int N>
-using CodeWord = std::conditional_t<N == 8, uint2, std::conditional_t<N == 4, uint32_t, uint16_t>>;
+using CodeWord = std::conditional_t<N == 8, uint2, uint32_t>;
 
 // NaN elements -> 0; E4M3 saturates (+-inf included) to +-448, INT8 rounds to nearest even and
 // saturates to +-127.
 template <int N>
 __device__ __forceinline__ CodeWord<N> encode(const float (&x)[N], float m, bool int8, bool may_have_nan = true) {
-  static_assert(N == 2 || N == 4 || N == 8, "2, 4 or 8 codes per lane");
-  constexpr int kWords = (N + 3) / 4;
+  static_assert(N == 4 || N == 8, "4 or 8 codes per lane");
+  constexpr int kWords = N / 4;
   uint32_t w[kWords] = {};
   if (!int8) {
 #pragma unroll
@@ -178,7 +179,7 @@ __device__ __forceinline__ CodeWord<N> encode(const float (&x)[N], float m, bool
     }
   }
   if constexpr (N == 8) return make_uint2(w[0], w[1]);
-  else return static_cast<CodeWord<N>>(w[0]);
+  else return w[0];
 }
 
 template <int N>
