@@ -163,6 +163,38 @@ void print_summary(const std::vector<Result>& results, const std::vector<std::st
               same);
 }
 
+// --screen: every choice timed once cheaply (one graph instance, 5 replays, interleaved as always);
+// kept for the full measurement are the routed call, each backend's fastest config and every config
+// within pct% of the fastest of all. A config dropped here was more than pct% slower than another in
+// the same round; with pct = 25 that is beyond the 5-15% by which stream-K graph instances scatter.
+// At large M this is what makes --configs all --instances 4 affordable (most of ~60 configs are
+// far behind and cost 20 x 4 replays each otherwise).
+std::vector<std::pair<std::string, std::string>> screened(const bench::GemmOperandSets& ops,
+                                                          const std::vector<std::pair<std::string, std::string>>& choices,
+                                                          const bench::MeasureOptions& mo, double pct,
+                                                          size_t& timed_fully, size_t& timed_all) {
+  bench::MeasureOptions quick = mo;
+  quick.instances = 1, quick.reps = 5, quick.warmup = 2;
+  const std::vector<bench::Measurement> pre = bench::measure_gemms(ops, choices, quick);
+  double best = INFINITY;
+  std::map<std::string, size_t> fastest;  // backend -> index of its fastest config
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (!pre[i].error.empty()) continue;
+    best = std::min(best, pre[i].median_us);
+    const std::string& b = choices[i].first;
+    if (i > 0 && (!fastest.count(b) || pre[i].median_us < pre[fastest[b]].median_us)) fastest[b] = i;
+  }
+  std::vector<std::pair<std::string, std::string>> kept;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const bool keep = i == 0 || !pre[i].error.empty() ||  // a failure is reported by the full run
+                      pre[i].median_us <= best * (1 + pct / 100) ||
+                      (fastest.count(choices[i].first) && fastest[choices[i].first] == i);
+    if (keep) kept.push_back(choices[i]);
+  }
+  timed_fully += kept.size(), timed_all += choices.size();
+  return kept;
+}
+
 }  // namespace
 
 int run_bench(const BenchOptions& opt) {
@@ -187,19 +219,23 @@ int run_bench(const BenchOptions& opt) {
   std::printf("fp8route bench on %s (%d SMs): %s, %zu layers x %zu M x %zu scale kinds = %zu problems, %s out\n"
               "routed = scaled_mm() through the table (%s, %s); each backend alone at its best %s\n"
               "method: CUDA-graph replay, weights rotated through >= 3x L2, median of %d replays%s, all of a "
-              "problem interleaved\n\n",
+              "problem interleaved%s\n\n",
               dev.name.c_str(), dev.sm_count, w.what.c_str(), w.layers.size(), w.m_grid.size(), w.scales.size(), total,
               std::string(dtype_name(w.out)).c_str(), router->table().stamp.gpu.c_str(), router->table().stamp.date.c_str(),
               opt.configs == "all" ? "config (every config timed)" : "configs by the table (+ cuBLASLt's heuristic)",
               opt.shapes.reps,
               opt.shapes.instances > 1
                   ? (" (mean over " + std::to_string(opt.shapes.instances) + " graph instances)").c_str()
-                  : "");
+                  : "",
+              opt.screen_pct > 0 ? ("; screened first (--screen " + std::to_string(int(opt.screen_pct)) +
+                                    ": configs over " + std::to_string(int(opt.screen_pct)) +
+                                    "% behind the fastest in one quick round are not timed further)").c_str()
+                                 : "");
   const bench::MeasureOptions mo = measure_options(opt.shapes);
   std::vector<Result> results;
   nlohmann::json records = nlohmann::json::array();
   const auto t0 = std::chrono::steady_clock::now();
-  size_t done = 0;
+  size_t done = 0, timed_fully = 0, timed_all = 0;
   for (const bench::LayerShape& l : w.layers) {
     std::printf("%-30s %-7s %6s %10s  %-40s", (l.model + "/" + l.layer + " tp" + std::to_string(l.tp)).c_str(), "scale",
                 "M", "routed us", "routed backend/config");
@@ -218,6 +254,7 @@ int run_bench(const BenchOptions& opt) {
         std::vector<std::pair<std::string, std::string>> choices = {{"", ""}};
         for (const std::string& b : backends)
           for (const std::string& c : configs_for(b, p, *router, opt.configs == "all")) choices.emplace_back(b, c);
+        if (opt.screen_pct > 0) choices = screened(ops, choices, mo, opt.screen_pct, timed_fully, timed_all);
         const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
         FP8ROUTE_CHECK_CAT(ms[0].error.empty(), ErrorCategory::cuda_error, "routed " << to_string(p) << ": " << ms[0].error);
         r.routed = {route.backend, route.config, ms[0].median_us};
@@ -252,6 +289,9 @@ int run_bench(const BenchOptions& opt) {
       }
   }
   print_summary(results, backends);
+  if (opt.screen_pct > 0)
+    std::printf("--screen %g: %zu of %zu candidate timings (routed included) kept for the full measurement\n",
+                opt.screen_pct, timed_fully, timed_all);
   std::string json_path = opt.json_path;
   if (json_path.empty() && !opt.plot_path.empty()) json_path = opt.plot_path + ".json";
   if (!json_path.empty()) {

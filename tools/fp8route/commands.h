@@ -51,6 +51,7 @@ struct BenchOptions {
   std::string configs = "table";  // per backend: "table" (its best configs by the table) or "all"
   std::string backends = "cublaslt,cutlass_sm90,skinny";
   std::string json_path, plot_path;
+  double screen_pct = 0;   // > 0: a quick first round drops configs more than this % behind (bench.cpp, screened)
   bool main_job = false;   // the tool's main job: explain the plan instead when there is no GPU
 };
 int run_bench(const BenchOptions& opt);

@@ -65,6 +65,12 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--configs", bench.configs,
                         "a backend alone at: table (its best configs by the table, + cuBLASLt's heuristic) or all "
                         "(every config it has; slower)")->capture_default_str();
+  bench_cmd->add_option("--screen", bench.screen_pct,
+                        "time every candidate once quickly first (1 graph instance, 5 replays) and measure fully "
+                        "only the routed call, each backend's fastest and those within this % of the fastest "
+                        "(0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
   bench_cmd->add_option("--backend", bench.backends, "backends to compare with")->capture_default_str();
   bench_cmd->add_option("--json", bench.json_path, "write one record per (problem, backend) and the routed one");
   bench_cmd->add_option("--plot", bench.plot_path, "draw time against M per layer to this PNG (needs matplotlib)");
