@@ -2,6 +2,9 @@
 
 #include "bench/gemm_operands.h"
 
+#include <cmath>
+#include <map>
+
 #include "bench/fill.cuh"
 #include "core/cuda_check.h"
 #include "fp8route/device.h"
@@ -102,6 +105,34 @@ std::vector<Measurement> measure_gemms(const GemmOperandSets& o,
       ops.push_back([&o, b = backend, c = config](int set, cudaStream_t s) { scaled_mm(o.args[set], b, c, s); });
   }
   return measure_interleaved(ops, static_cast<int>(o.args.size()), opt);
+}
+
+Screen screen_gemms(const GemmOperandSets& o, const std::vector<std::pair<std::string, std::string>>& choices,
+                    const MeasureOptions& opt, double pct) {
+  MeasureOptions quick = opt;
+  quick.instances = 1, quick.reps = 5, quick.warmup = 2;
+  const std::vector<Measurement> pre = measure_gemms(o, choices, quick);
+  double best = INFINITY;
+  std::map<std::string, size_t> fastest;  // backend -> index of its fastest choice
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (!pre[i].error.empty()) continue;
+    best = std::min(best, pre[i].median_us);
+    const std::string& b = choices[i].first;
+    if (!b.empty() && (!fastest.count(b) || pre[i].median_us < pre[fastest[b]].median_us)) fastest[b] = i;
+  }
+  Screen s;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const std::string& b = choices[i].first;
+    const bool keep = b.empty() || !pre[i].error.empty() || pre[i].median_us <= best * (1 + pct / 100) ||
+                      fastest.at(b) == i;
+    if (keep) {
+      s.kept.push_back(choices[i]);
+    } else {
+      s.dropped.push_back(choices[i]);
+      s.dropped_us.push_back(pre[i].median_us);
+    }
+  }
+  return s;
 }
 
 void enqueue_read_floor(const void* p, int64_t bytes, cudaStream_t stream) {

@@ -38,6 +38,20 @@ std::vector<Measurement> measure_gemms(const GemmOperandSets& o,
                                        const std::vector<std::pair<std::string, std::string>>& choices,
                                        const MeasureOptions& opt = {});
 
+// A screen before measure_gemms: every choice timed once cheaply (one graph instance, 5 replays,
+// 2 warm-ups, interleaved as always). Kept, in their order: the routed entry point (empty backend),
+// each backend's fastest choice, every choice within pct% of the fastest of all, and any that failed
+// (so the full run reports why). A choice dropped here was more than pct% behind another in the same
+// round (pct = 25 is beyond the 5-15% by which stream-K graph instances scatter). It also sets the
+// power mix of the full run: under the H200's 700 W cap the clock follows the mix of kernels being
+// replayed, and configs far behind (small tiles at large M) draw less and raise it for all.
+struct Screen {
+  std::vector<std::pair<std::string, std::string>> kept, dropped;
+  std::vector<double> dropped_us;  // the screen's median of each dropped choice
+};
+Screen screen_gemms(const GemmOperandSets& o, const std::vector<std::pair<std::string, std::string>>& choices,
+                    const MeasureOptions& opt, double pct);
+
 // The weight-read floor: a kernel that only reads `bytes` from p (L1 bypassed, every SM).
 void enqueue_read_floor(const void* p, int64_t bytes, cudaStream_t stream);
 Measurement measure_read_floor(const GemmOperandSets& o, const MeasureOptions& opt = {});

@@ -163,38 +163,6 @@ void print_summary(const std::vector<Result>& results, const std::vector<std::st
               same);
 }
 
-// --screen: every choice timed once cheaply (one graph instance, 5 replays, interleaved as always);
-// kept for the full measurement are the routed call, each backend's fastest config and every config
-// within pct% of the fastest of all. A config dropped here was more than pct% slower than another in
-// the same round; with pct = 25 that is beyond the 5-15% by which stream-K graph instances scatter.
-// At large M this is what makes --configs all --instances 4 affordable (most of ~60 configs are
-// far behind and cost 20 x 4 replays each otherwise).
-std::vector<std::pair<std::string, std::string>> screened(const bench::GemmOperandSets& ops,
-                                                          const std::vector<std::pair<std::string, std::string>>& choices,
-                                                          const bench::MeasureOptions& mo, double pct,
-                                                          size_t& timed_fully, size_t& timed_all) {
-  bench::MeasureOptions quick = mo;
-  quick.instances = 1, quick.reps = 5, quick.warmup = 2;
-  const std::vector<bench::Measurement> pre = bench::measure_gemms(ops, choices, quick);
-  double best = INFINITY;
-  std::map<std::string, size_t> fastest;  // backend -> index of its fastest config
-  for (size_t i = 0; i < choices.size(); ++i) {
-    if (!pre[i].error.empty()) continue;
-    best = std::min(best, pre[i].median_us);
-    const std::string& b = choices[i].first;
-    if (i > 0 && (!fastest.count(b) || pre[i].median_us < pre[fastest[b]].median_us)) fastest[b] = i;
-  }
-  std::vector<std::pair<std::string, std::string>> kept;
-  for (size_t i = 0; i < choices.size(); ++i) {
-    const bool keep = i == 0 || !pre[i].error.empty() ||  // a failure is reported by the full run
-                      pre[i].median_us <= best * (1 + pct / 100) ||
-                      (fastest.count(choices[i].first) && fastest[choices[i].first] == i);
-    if (keep) kept.push_back(choices[i]);
-  }
-  timed_fully += kept.size(), timed_all += choices.size();
-  return kept;
-}
-
 }  // namespace
 
 int run_bench(const BenchOptions& opt) {
@@ -254,7 +222,11 @@ int run_bench(const BenchOptions& opt) {
         std::vector<std::pair<std::string, std::string>> choices = {{"", ""}};
         for (const std::string& b : backends)
           for (const std::string& c : configs_for(b, p, *router, opt.configs == "all")) choices.emplace_back(b, c);
-        if (opt.screen_pct > 0) choices = screened(ops, choices, mo, opt.screen_pct, timed_fully, timed_all);
+        if (opt.screen_pct > 0) {  // bench::screen_gemms: routed and each backend's fastest always stay
+          timed_all += choices.size();
+          choices = bench::screen_gemms(ops, choices, mo, opt.screen_pct).kept;
+          timed_fully += choices.size();
+        }
         const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
         FP8ROUTE_CHECK_CAT(ms[0].error.empty(), ErrorCategory::cuda_error, "routed " << to_string(p) << ": " << ms[0].error);
         r.routed = {route.backend, route.config, ms[0].median_us};

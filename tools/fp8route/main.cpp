@@ -29,6 +29,14 @@ void add_shape_options(CLI::App* cmd, fp8route::cli::ShapeOptions& s, const char
       ->check(CLI::Range(1, 16));
 }
 
+void add_screen_option(CLI::App* cmd, double& pct, const std::string& also) {
+  cmd->add_option("--screen", pct,
+                  "time every config once quickly first (1 graph instance, 5 replays) and measure fully only " + also +
+                      "each backend's fastest and the configs within this % of the fastest (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,12 +73,7 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--configs", bench.configs,
                         "a backend alone at: table (its best configs by the table, + cuBLASLt's heuristic) or all "
                         "(every config it has; slower)")->capture_default_str();
-  bench_cmd->add_option("--screen", bench.screen_pct,
-                        "time every candidate once quickly first (1 graph instance, 5 replays) and measure fully "
-                        "only the routed call, each backend's fastest and those within this % of the fastest "
-                        "(0: off)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1000.0));
+  add_screen_option(bench_cmd, bench.screen_pct, "the routed call, ");
   bench_cmd->add_option("--backend", bench.backends, "backends to compare with")->capture_default_str();
   bench_cmd->add_option("--json", bench.json_path, "write one record per (problem, backend) and the routed one");
   bench_cmd->add_option("--plot", bench.plot_path, "draw time against M per layer to this PNG (needs matplotlib)");
@@ -85,6 +88,7 @@ int main(int argc, char** argv) {
   tune_cmd->add_option("--raw", tune.raw_path, "raw measurements, JSON lines, appended as problems finish "
                                                "(default: the table's name with .raw.jsonl)");
   tune_cmd->add_option("--backend", tune.backends, "backends to measure")->capture_default_str();
+  add_screen_option(tune_cmd, tune.screen_pct, "");
   tune_cmd->add_flag("--fresh", tune.fresh, "start over instead of resuming from the raw file");
   tune_cmd->add_flag("--build-only", tune.build_only, "measure nothing: write the table from the raw file (no GPU needed)");
 

@@ -6,7 +6,9 @@
 // Raw file: JSON lines. A measurement: {"scale","out","n","k","m","backend","config","us","min_us",
 // "max_us"}; after a problem's last measurement, {"done": true, "scale","out","n","k","m"}. On resume,
 // problems with a "done" line are skipped; measurements of an unfinished problem are dropped and it
-// is measured again; a torn last line (the run was killed mid-write) is ignored.
+// is measured again; a torn last line (the run was killed mid-write) is ignored. With --screen the
+// "done" line also has "screen_pct" and "screened_out": [[backend, config, quick median us], ...],
+// the configs the quick first round dropped (bench::screen_gemms); they are not in the table.
 
 #include <chrono>
 #include <cstdio>
@@ -92,6 +94,15 @@ int run_tune(const TuneOptions& opt) {
         for (const std::string& b : backends)
           for (const std::string& c : gemm_configs(b))
             if (gemm_supports(b, c, p).empty()) choices.emplace_back(b, c);
+        // --screen: a quick round first; configs far behind are not measured further (their quick
+        // times go into the "done" line, not into the table).
+        nlohmann::json screened_out = nlohmann::json::array();
+        if (opt.screen_pct > 0) {
+          const bench::Screen sc = bench::screen_gemms(ops, choices, mo, opt.screen_pct);
+          for (size_t i = 0; i < sc.dropped.size(); ++i)
+            screened_out.push_back({sc.dropped[i].first, sc.dropped[i].second, sc.dropped_us[i]});
+          choices = sc.kept;
+        }
         // Every config of the problem side by side, replays interleaved (measure.h): clock drift
         // during the run moves them alike instead of favouring whichever ran in a fast phase.
         const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
@@ -114,16 +125,19 @@ int run_tune(const TuneOptions& opt) {
           ++timed;
           if (best_name.empty() || r.median_us < best) best = r.median_us, best_name = b + "/" + c;
         }
-        out << nlohmann::json{{"done", true}, {"scale", scale_name(p.scale)}, {"out", out_name(p.out)}, {"n", p.n},
-                              {"k", p.k}, {"m", p.m}}.dump()
-            << "\n";
+        nlohmann::json done_line{{"done", true}, {"scale", scale_name(p.scale)}, {"out", out_name(p.out)}, {"n", p.n},
+                                 {"k", p.k}, {"m", p.m}};
+        if (opt.screen_pct > 0) done_line["screen_pct"] = opt.screen_pct, done_line["screened_out"] = screened_out;
+        out << done_line.dump() << "\n";
         out.flush();
         ++measured;
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const size_t left = total - seen;
-        std::printf("[%zu/%zu %.0fs, eta %.0fs] %-30s %-44s %2d configs, best %8.2f us %s\n", seen, total, el,
+        std::printf("[%zu/%zu %.0fs, eta %.0fs] %-30s %-44s %2d configs%s, best %8.2f us %s\n", seen, total, el,
                     el / measured * left, (l.model + "/" + l.layer + " tp" + std::to_string(l.tp)).c_str(),
-                    to_string(p).c_str(), timed, best, best_name.c_str());
+                    to_string(p).c_str(), timed,
+                    screened_out.empty() ? "" : (" (+" + std::to_string(screened_out.size()) + " screened out)").c_str(),
+                    best, best_name.c_str());
         std::fflush(stdout);
       }
   FP8ROUTE_CHECK_CAT(out.good(), ErrorCategory::io_error, raw << ": writing failed");
