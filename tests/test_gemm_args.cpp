@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "bench/measure.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 
@@ -196,6 +200,41 @@ TEST(GemmArgs, EveryValidProblemHasABackend) {
   for (ScaleKind kind : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block})
     for (int64_t m : {1, 3, 64, 4096})
       EXPECT_NO_THROW(gemm_select(make_problem(m, 2112, 7168, kind))) << m;
+}
+
+
+// The screen of `fp8route tune/bench --screen` (bench::screen_keep): fresh random quick-round times;
+// what it keeps is checked against the rule written out independently here.
+TEST(Screen, KeepsRoutedFailedEachBackendsFastestAndTheNearlyFastest) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> t(10.0, 40.0);
+  const std::vector<std::string> names = {"cublaslt", "cutlass_sm90", "skinny"};
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t n = 2 + rng() % 30;
+    std::vector<std::string> backends(n);
+    std::vector<double> us(n);
+    std::vector<bool> failed(n);
+    for (size_t i = 0; i < n; ++i) {
+      backends[i] = i == 0 ? "" : names[rng() % names.size()];  // choice 0: the routed call
+      us[i] = t(rng);
+      failed[i] = rng() % 10 == 0;
+    }
+    const double pct = 5.0 + double(rng() % 40);
+    const std::vector<bool> keep = bench::screen_keep(backends, us, failed, pct);
+    double best = INFINITY;
+    for (size_t i = 0; i < n; ++i)
+      if (!failed[i]) best = std::min(best, us[i]);
+    for (size_t i = 0; i < n; ++i) {
+      bool fastest_of_backend = !backends[i].empty() && !failed[i];
+      for (size_t j = 0; j < n; ++j)
+        if (j != i && backends[j] == backends[i] && !failed[j] && (us[j] < us[i] || (us[j] == us[i] && j < i)))
+          fastest_of_backend = false;
+      const bool want = backends[i].empty() || failed[i] || fastest_of_backend || us[i] <= best * (1 + pct / 100);
+      EXPECT_EQ(keep[i], want) << "choice " << i << " (" << backends[i] << ", " << us[i] << " us, failed "
+                               << failed[i] << "), fastest " << best << ", pct " << pct;
+    }
+  }
+  EXPECT_THROW(bench::screen_keep({"a"}, {1.0, 2.0}, {false}, 25), Error);
 }
 
 }  // namespace

@@ -2,9 +2,6 @@
 
 #include "bench/gemm_operands.h"
 
-#include <cmath>
-#include <map>
-
 #include "bench/fill.cuh"
 #include "core/cuda_check.h"
 #include "fp8route/device.h"
@@ -112,24 +109,19 @@ Screen screen_gemms(const GemmOperandSets& o, const std::vector<std::pair<std::s
   MeasureOptions quick = opt;
   quick.instances = 1, quick.reps = 5, quick.warmup = 2;
   const std::vector<Measurement> pre = measure_gemms(o, choices, quick);
-  double best = INFINITY;
-  std::map<std::string, size_t> fastest;  // backend -> index of its fastest choice
-  for (size_t i = 0; i < choices.size(); ++i) {
-    if (!pre[i].error.empty()) continue;
-    best = std::min(best, pre[i].median_us);
-    const std::string& b = choices[i].first;
-    if (!b.empty() && (!fastest.count(b) || pre[i].median_us < pre[fastest[b]].median_us)) fastest[b] = i;
-  }
+  std::vector<std::string> backends;
+  std::vector<double> us;
+  std::vector<bool> failed;
+  for (size_t i = 0; i < choices.size(); ++i)
+    backends.push_back(choices[i].first), us.push_back(pre[i].median_us), failed.push_back(!pre[i].error.empty());
+  const std::vector<bool> keep = screen_keep(backends, us, failed, pct);
   Screen s;
   for (size_t i = 0; i < choices.size(); ++i) {
-    const std::string& b = choices[i].first;
-    const bool keep = b.empty() || !pre[i].error.empty() || pre[i].median_us <= best * (1 + pct / 100) ||
-                      fastest.at(b) == i;
-    if (keep) {
+    if (keep[i]) {
       s.kept.push_back(choices[i]);
     } else {
       s.dropped.push_back(choices[i]);
-      s.dropped_us.push_back(pre[i].median_us);
+      s.dropped_us.push_back(us[i]);
     }
   }
   return s;

@@ -1,6 +1,7 @@
 #include "bench/measure.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <random>
 #include <cmath>
@@ -167,6 +168,24 @@ std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, in
   for (cudaGraphExec_t e : exec)
     if (e) cudaGraphExecDestroy(e);
   return out;
+}
+
+std::vector<bool> screen_keep(const std::vector<std::string>& backends, const std::vector<double>& us,
+                              const std::vector<bool>& failed, double pct) {
+  const size_t n = backends.size();
+  FP8ROUTE_CHECK(us.size() == n && failed.size() == n, "screen_keep: " << n << " backends, " << us.size()
+                                                                       << " times, " << failed.size() << " flags");
+  double best = INFINITY;
+  std::map<std::string, size_t> fastest;  // backend -> index of its fastest choice
+  for (size_t i = 0; i < n; ++i) {
+    if (failed[i]) continue;
+    best = std::min(best, us[i]);
+    if (!backends[i].empty() && (!fastest.count(backends[i]) || us[i] < us[fastest[backends[i]]])) fastest[backends[i]] = i;
+  }
+  std::vector<bool> keep(n);
+  for (size_t i = 0; i < n; ++i)
+    keep[i] = backends[i].empty() || failed[i] || us[i] <= best * (1 + pct / 100) || fastest.at(backends[i]) == i;
+  return keep;
 }
 
 Measurement measure(const Enqueue& enqueue, int sets, const MeasureOptions& opt) {

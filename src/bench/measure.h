@@ -50,4 +50,10 @@ Measurement measure(const Enqueue& enqueue, int sets, const MeasureOptions& opt 
 std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, int sets,
                                              const MeasureOptions& opt = {});
 
+// Which choices a screen keeps (gemm_operands.h, screen_gemms), from the quick round's medians:
+// every choice of an empty backend (the routed entry point), every one that failed (failed[i]), each
+// backend's fastest, and every one within pct% of the fastest of all. Pure, for the CPU tests.
+std::vector<bool> screen_keep(const std::vector<std::string>& backends, const std::vector<double>& us,
+                              const std::vector<bool>& failed, double pct);
+
 }  // namespace fp8route::bench

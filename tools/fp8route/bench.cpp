@@ -195,8 +195,8 @@ int run_bench(const BenchOptions& opt) {
               opt.shapes.instances > 1
                   ? (" (mean over " + std::to_string(opt.shapes.instances) + " graph instances)").c_str()
                   : "",
-              opt.screen_pct > 0 ? ("; screened first (--screen " + std::to_string(int(opt.screen_pct)) +
-                                    ": configs over " + std::to_string(int(opt.screen_pct)) +
+              opt.screen_pct > 0 ? ("; screened first (--screen " + std::to_string(opt.screen_pct) +
+                                    ": configs over " + std::to_string(opt.screen_pct) +
                                     "% behind the fastest in one quick round are not timed further)").c_str()
                                  : "");
   const bench::MeasureOptions mo = measure_options(opt.shapes);
@@ -262,7 +262,7 @@ int run_bench(const BenchOptions& opt) {
   }
   print_summary(results, backends);
   if (opt.screen_pct > 0)
-    std::printf("--screen %g: %zu of %zu candidate timings (routed included) kept for the full measurement\n",
+    std::printf("--screen %d: %zu of %zu candidate timings (routed included) kept for the full measurement\n",
                 opt.screen_pct, timed_fully, timed_all);
   std::string json_path = opt.json_path;
   if (json_path.empty() && !opt.plot_path.empty()) json_path = opt.plot_path + ".json";

@@ -40,7 +40,7 @@ struct TuneOptions {
   std::string table_path = "fp8route-table.json";  // the routing table written
   std::string raw_path;                             // "" = <table_path without .json>.raw.jsonl
   std::string backends = "cublaslt,cutlass_sm90,skinny";
-  double screen_pct = 0;    // > 0: a quick first round drops configs more than this % behind (bench::screen_gemms)
+  int screen_pct = 25;      // > 0: a quick first round drops configs more than this % behind (bench::screen_gemms)
   bool fresh = false;       // ignore (and overwrite) an existing raw file instead of resuming from it
   bool build_only = false;  // measure nothing: build the table from the raw file (no GPU needed)
 };
@@ -52,7 +52,7 @@ struct BenchOptions {
   std::string configs = "table";  // per backend: "table" (its best configs by the table) or "all"
   std::string backends = "cublaslt,cutlass_sm90,skinny";
   std::string json_path, plot_path;
-  double screen_pct = 0;   // > 0: a quick first round drops configs more than this % behind (bench.cpp, screened)
+  int screen_pct = 25;     // > 0: a quick first round drops configs more than this % behind (bench::screen_gemms)
   bool main_job = false;   // the tool's main job: explain the plan instead when there is no GPU
 };
 int run_bench(const BenchOptions& opt);

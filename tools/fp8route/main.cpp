@@ -29,12 +29,12 @@ void add_shape_options(CLI::App* cmd, fp8route::cli::ShapeOptions& s, const char
       ->check(CLI::Range(1, 16));
 }
 
-void add_screen_option(CLI::App* cmd, double& pct, const std::string& also) {
+void add_screen_option(CLI::App* cmd, int& pct, const std::string& also) {
   cmd->add_option("--screen", pct,
                   "time every config once quickly first (1 graph instance, 5 replays) and measure fully only " + also +
                       "each backend's fastest and the configs within this % of the fastest (0: off)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1000.0));
+      ->check(CLI::Range(0, 1000));
 }
 
 }  // namespace

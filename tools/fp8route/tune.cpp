@@ -1,5 +1,6 @@
 // fp8route tune: measure every supported (backend, config) on every problem of a workload with
-// the one method of src/bench/measure.h (all configs of a problem interleaved), append each
+// the one method of src/bench/measure.h (all configs of a problem interleaved, after the quick
+// screen of bench::screen_gemms unless --screen 0), append each
 // problem's measurements to a raw file as it finishes (so an interrupted run resumes where it stopped), and write the routing table built
 // from them, stamped with this machine.
 //
@@ -75,9 +76,14 @@ int run_tune(const TuneOptions& opt) {
   const size_t total = w.layers.size() * w.m_grid.size() * w.scales.size();
   const DeviceInfo& dev = device_info(0);
   std::printf("fp8route tune on %s (%d SMs): %s, %zu distinct shapes x %zu M x %zu scale kinds = %zu problems\n"
+              "method: every supported config of a problem interleaved%s\n"
               "raw measurements: %s%s\n",
               dev.name.c_str(), dev.sm_count, w.what.c_str(), w.layers.size(), w.m_grid.size(), w.scales.size(),
-              total, raw.c_str(),
+              total,
+              opt.screen_pct > 0 ? ("; a quick round first drops those over " + std::to_string(opt.screen_pct) +
+                                    "% behind the fastest (--screen)").c_str()
+                                 : "",
+              raw.c_str(),
               done.empty() ? "" : (" (resuming: " + std::to_string(done.size()) + " problems already done)").c_str());
   const bench::MeasureOptions mo = measure_options(opt.shapes);
   size_t seen = 0, measured = 0, failures = 0;
