@@ -3,7 +3,7 @@
 # for the GPU machine, in as many calls as it takes: each call resumes the raw files it is given.
 #   bench/diag/retune_screened.sh OUT_DIR DEADLINE_S [STATE_DIR]
 # STATE_DIR (default build/gpu/retune) holds h200_tp8.raw.jsonl and h200_tp1.raw.jsonl: carry it
-# back in (copy the returned files there) to resume. TP 8 first, then TP 1, M = the routed grid.
+# back in (gunzip the returned .raw.jsonl.gz files there) to resume. TP 8 first, then TP 1, M = the routed grid.
 # Afterwards, here: bench/routing_records.py with the two raw files first (README of
 # bench/results/2026-11-30-tune-h200 has the --older chain), FP8ROUTE_WRITE_TABLE=1 test_route,
 # then bench/diag/routed_models.sh per TP degree.
