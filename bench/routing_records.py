@@ -21,9 +21,18 @@ import argparse, gzip, json
 
 def load(path):
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        if ".jsonl" in path:  # tune raw file: skip the stamp and the per-problem "done" lines
-            return [r for r in map(json.loads, filter(str.strip, f)) if "backend" in r]
-        return json.load(f)
+        if ".jsonl" not in path:
+            return json.load(f)
+        # tune raw file: skip the stamp line; a "done" line (--screen) adds the configs the quick
+        # round dropped, with their quick times, as fp8route's read_tune_raw does.
+        out = []
+        for r in map(json.loads, filter(str.strip, f)):
+            if "backend" in r:
+                out.append(r)
+            for backend, config, us in r.get("screened_out", []):
+                out.append({**{k: r[k] for k in ("scale", "out", "n", "k", "m")}, "backend": backend,
+                            "config": config, "us": us})
+        return out
 
 
 def records(paths):

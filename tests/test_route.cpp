@@ -302,13 +302,19 @@ TEST(Route, TuneRawFileResumes) {
     EXPECT_EQ(e.category(), ErrorCategory::io_error);
     EXPECT_NE(std::string(e.what()).find("raw_bad.jsonl:2"), std::string::npos) << e.what();
   }
-  // A screened tune's "done" line lists the configs the quick round dropped: not records.
+  // A screened tune's "done" line lists the configs the quick round dropped, with their quick
+  // times: records of that problem too.
   const std::string done1_screened =
       R"({"done":true,"scale":"row","out":"bf16","n":4096,"k":4096,"m":1,"screen_pct":25,)"
       R"("screened_out":[["skinny","m8_n32_k128x4_splitk",31.5]]})";
   r = read_tune_raw(temp_file("raw_screened.jsonl", stamp + "\n" + rec1 + "\n" + done1_screened + "\n"));
-  ASSERT_EQ(r.records.size(), 1u);
+  ASSERT_EQ(r.records.size(), 2u);
   EXPECT_EQ(r.records[0].backend, "cublaslt");
+  EXPECT_EQ(r.records[1].backend, "skinny");
+  EXPECT_EQ(r.records[1].config, "m8_n32_k128x4_splitk");
+  EXPECT_EQ(r.records[1].m, 1);
+  EXPECT_EQ(r.records[1].n, 4096);
+  EXPECT_DOUBLE_EQ(r.records[1].us, 31.5);
   EXPECT_EQ(r.finished.size(), 1u);
   EXPECT_FALSE(r.torn);
   EXPECT_TRUE(read_tune_raw(temp_file("raw_none.jsonl", "")).records.empty());

@@ -75,7 +75,7 @@ struct MeasurementRecord {
 struct TuneRawFile {
   using Problem = std::tuple<ScaleKind, DType, int64_t, int64_t, int64_t>;  // scale, out, n, k, m
   std::optional<TableStamp> stamp;           // from the stamp line, when there is one
-  std::vector<MeasurementRecord> records;    // of finished problems only
+  std::vector<MeasurementRecord> records;    // of finished problems only, screened-out quick times included
   std::vector<Problem> finished;             // problems with a "done" line
   int64_t good_bytes = 0;                    // bytes of complete, valid lines
   bool torn = false;                         // the last line is incomplete (an interrupted write)

@@ -34,6 +34,12 @@ TuneRawFile read_tune_raw(const std::string& path) {
             raw.finished.push_back(key);
             for (MeasurementRecord& r : pending[key]) raw.records.push_back(std::move(r));
             pending.erase(key);
+            // --screen: the configs the quick round dropped, with their quick times (tune.cpp).
+            const auto [scale, out, n, k, m] = key;
+            if (j.contains("screened_out"))
+              for (const nlohmann::json& d : j.at("screened_out"))
+                raw.records.push_back({scale, out, n, k, m, d.at(0).get<std::string>(), d.at(1).get<std::string>(),
+                                       d.at(2).get<double>()});
           } else {
             const auto [scale, out, n, k, m] = key;
             pending[key].push_back({scale, out, n, k, m, j.at("backend").get<std::string>(),

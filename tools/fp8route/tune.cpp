@@ -9,7 +9,10 @@
 // problems with a "done" line are skipped; measurements of an unfinished problem are dropped and it
 // is measured again; a torn last line (the run was killed mid-write) is ignored. With --screen the
 // "done" line also has "screen_pct" and "screened_out": [[backend, config, quick median us], ...],
-// the configs the quick first round dropped (bench::screen_gemms); they are not in the table.
+// the configs the quick first round dropped (bench::screen_gemms). Their quick times go into the
+// table's measurements too (read_tune_raw does the same on resume): they never win a breakpoint
+// (PCT% behind in their round), but nearest-shape and between-M routing rank every config of a
+// problem, and a config missing at one M would drop out of those rankings.
 
 #include <chrono>
 #include <cstdio>
@@ -105,8 +108,11 @@ int run_tune(const TuneOptions& opt) {
         nlohmann::json screened_out = nlohmann::json::array();
         if (opt.screen_pct > 0) {
           const bench::Screen sc = bench::screen_gemms(ops, choices, mo, opt.screen_pct);
-          for (size_t i = 0; i < sc.dropped.size(); ++i)
+          for (size_t i = 0; i < sc.dropped.size(); ++i) {
             screened_out.push_back({sc.dropped[i].first, sc.dropped[i].second, sc.dropped_us[i]});
+            st.records.push_back({p.scale, p.out, p.n, p.k, p.m, sc.dropped[i].first, sc.dropped[i].second,
+                                  sc.dropped_us[i]});
+          }
           choices = sc.kept;
         }
         // Every config of the problem side by side, replays interleaved (measure.h): clock drift
