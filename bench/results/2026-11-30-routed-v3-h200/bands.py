@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Routed vs cuBLASLt alone per M band, and the problems where routed is > 3% slower than the best
+single backend, for this folder's benches (4 graph instances, --configs all, --screen 25).
+Run from the repository root: python3 bench/results/2026-11-30-routed-v3-h200/bands.py
+
+1. "tune's table, same machine": calls 1-3, each TP degree benched right after its screened re-tune,
+   on the same GPU, routed by that tune's own table (M >= 32).
+2. "shipped table": calls 4-5 (another GPU), routes/h200.json of df3e427: every model at TP 8 and
+   TP 1 for M = 1, 4, 16; every model at TP 8 for M >= 32; llama-3.1-8b, minimax-h3-like and
+   deepseek-v3 at TP 1 for M >= 32. The other three TP 1 models at M >= 32 are taken from set 1
+   (their choices in the tune's table and in the shipped table are the same), so every model is
+   counted once at every M.
+3. The same kernel timed twice in one run: where the routed config is also a backend's fastest, the
+   routed call's time over that config's own time (run-to-run precision inside a bench).
+"""
+import glob, json, os, sys, tarfile, tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "2026-11-30-routed-v2-h200"))
+from bands import from_json, report  # noqa: E402  (the same totals as the previous session's)
+
+HERE = "bench/results/2026-11-30-routed-v3-h200"
+
+
+def misses(probs):
+    for key, d in sorted(probs.items()):
+        best = min(v for b, v in d.items() if b != "routed")
+        if d["routed"] > 1.03 * best:
+            print(f"    {'/'.join(map(str, key))}: {d['routed'] / best:.3f}x  " +
+                  ", ".join(f"{b} {v:.2f}" for b, v in d.items()))
+
+
+def same_kernel(paths):
+    ratios = []
+    for f in paths:
+        by = {}
+        for r in json.load(open(f)):
+            by.setdefault((r["layer"], r["scale"], r["m"]), []).append(r)
+        for rs in by.values():
+            routed = next(r for r in rs if r["routed"])
+            ratios += [routed["us"] / r["us"] for r in rs if not r["routed"] and
+                       (r["backend"], r["config"]) == (routed["backend"], routed["config"])]
+    ratios.sort()
+    q = lambda p: ratios[round(p * (len(ratios) - 1))]
+    print(f"3. same kernel, routed call / its own timing, {len(ratios)} problems: p1 {q(.01):.3f}, median {q(.5):.3f}, "
+          f"p99 {q(.99):.3f}, max {ratios[-1]:.3f}; > 1.03: {sum(x > 1.03 for x in ratios)}")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("bench_tp8_m32up", "bench_tp1_m32up", "bench_shipped"):
+            with tarfile.open(f"{HERE}/{name}.json.tar.gz") as t:
+                t.extractall(os.path.join(tmp, name))
+        for tp in (8, 1):
+            probs = {}
+            from_json(f"{tmp}/bench_tp{tp}_m32up/json/*_tp{tp}.json", probs)
+            report(f"1. tune's table, same machine, TP {tp}", probs)
+            misses(probs)
+        for tp in (8, 1):
+            probs = {}
+            from_json(f"{tmp}/bench_shipped/json/*_tp{tp}*.json", probs)
+            if tp == 1:
+                for model in ("llama-3.1-70b", "qwen2.5-72b", "llama-3.1-405b"):
+                    from_json(f"{tmp}/bench_tp1_m32up/json/{model}_tp1.json", probs)
+            report(f"2. shipped table, TP {tp}", probs)
+            misses(probs)
+        same_kernel(glob.glob(f"{tmp}/*/json/*.json"))
+
+
+if __name__ == "__main__":
+    main()
