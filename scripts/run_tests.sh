@@ -10,7 +10,7 @@ rc=$?
 # The Python package's tests (tests/python), when its native module was built (tvm_ffi in the venv).
 venv="${FP8ROUTE_VENV:-$root/build/venv}"
 if [ -f "$build/python/fp8route/_fp8route_ffi.so" ] && [ -x "$venv/bin/python" ]; then
-  FP8ROUTE_FFI_LIB="$build/python/fp8route/_fp8route_ffi.so" FP8ROUTE_SOURCE_DIR="$root" \
+  FP8ROUTE_FFI_LIB="$build/python/fp8route/_fp8route_ffi.so" FP8ROUTE_SOURCE_DIR="$root" FP8ROUTE_CLI="$build/fp8route" \
     "$venv/bin/python" -m pytest -q -rs "$root/tests/python" --junitxml="$build/test-results/python.xml" || rc=1
 else
   echo "python tests: not run (no native module in $build/python/fp8route: tvm_ffi missing from the venv)"

@@ -22,7 +22,7 @@ done
 if [ -f "$build/python/fp8route/_fp8route_ffi.so" ]; then
   python3 -c "import tvm_ffi" 2>/dev/null || python3 -m pip install -q --no-index --no-deps \
     --target "$build/pylib" "$build"/python/apache_tvm_ffi-*.whl
-  PYTHONPATH="$build/pylib${PYTHONPATH:+:$PYTHONPATH}" FP8ROUTE_FFI_LIB="$build/python/fp8route/_fp8route_ffi.so" \
+  PYTHONPATH="$build/pylib${PYTHONPATH:+:$PYTHONPATH}" FP8ROUTE_FFI_LIB="$build/python/fp8route/_fp8route_ffi.so" FP8ROUTE_CLI="$build/fp8route" \
     python3 -m pytest -q -rs "$root/tests/python" --junitxml="$results/python.xml" > "$results/python.log" 2>&1
   r=$?; [ $r -eq 0 ] || rc=1
   printf '%-32s rc=%s\n' "python (pytest)" "$r"

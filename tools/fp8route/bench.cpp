@@ -163,6 +163,21 @@ void print_summary(const std::vector<Result>& results, const std::vector<std::st
               same);
 }
 
+// --json: the records so far, written to a temporary file renamed over FILE, so that a run cut
+// short (a time limit, ^C) leaves every layer it finished in a valid file.
+void write_records(const std::string& path, const nlohmann::json& records) {
+  const std::string tmp = path + ".partial";
+  {
+    std::ofstream f(tmp);
+    FP8ROUTE_CHECK_CAT(f.good(), ErrorCategory::io_error, path << ": cannot write (--json)");
+    f << records.dump(1) << "\n";
+    FP8ROUTE_CHECK_CAT(f.good(), ErrorCategory::io_error, path << ": writing failed (--json)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  FP8ROUTE_CHECK_CAT(!ec, ErrorCategory::io_error, path << ": cannot write (--json): " << ec.message());
+}
+
 }  // namespace
 
 int run_bench(const BenchOptions& opt) {
@@ -179,6 +194,9 @@ int run_bench(const BenchOptions& opt) {
     const std::string path = opt.table.empty() ? default_table_path() : opt.table;
     return print_plan(w, Router::from_file(path, as_measured));
   }
+  std::string json_path = opt.json_path;
+  if (json_path.empty() && !opt.plot_path.empty()) json_path = opt.plot_path + ".json";
+  if (!json_path.empty()) write_records(json_path, nlohmann::json::array());  // a bad path fails now, not after the run
   if (!router->load_error().empty())
     std::printf("warning: routing table not loaded (%s); routed = the heuristic rules\n", router->load_error().c_str());
 
@@ -259,19 +277,13 @@ int run_bench(const BenchOptions& opt) {
         for (const auto& [b, t] : r.alone) record(t, false);
         results.push_back(std::move(r));
       }
+    if (!json_path.empty()) write_records(json_path, records);
   }
   print_summary(results, backends);
   if (opt.screen_pct > 0)
     std::printf("--screen %d: %zu of %zu candidate timings (routed included) kept for the full measurement\n",
                 opt.screen_pct, timed_fully, timed_all);
-  std::string json_path = opt.json_path;
-  if (json_path.empty() && !opt.plot_path.empty()) json_path = opt.plot_path + ".json";
-  if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    FP8ROUTE_CHECK_CAT(f.good(), ErrorCategory::io_error, json_path << ": cannot write (--json)");
-    f << records.dump(1) << "\n";
-    std::printf("wrote %zu records to %s\n", records.size(), json_path.c_str());
-  }
+  if (!json_path.empty()) std::printf("wrote %zu records to %s\n", records.size(), json_path.c_str());
   if (!opt.plot_path.empty()) return plot(json_path, opt.plot_path);
   return 0;
 }

@@ -1,0 +1,80 @@
+"""The fp8route command-line tool: `tune --build-only` from a raw file (no GPU needed) and `bench
+--json` (GPU). The binary: $FP8ROUTE_CLI (scripts/run_tests.sh and run_tests_direct.sh set it), else
+build/release/fp8route or build/gpu/fp8route of the tree; skipped, with the reason, when none is
+built."""
+import json
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def cli_path():
+    for path in (os.environ.get("FP8ROUTE_CLI"), os.path.join(ROOT, "build", "release", "fp8route"),
+                 os.path.join(ROOT, "build", "gpu", "fp8route")):
+        if path and os.access(path, os.X_OK):
+            return path
+    pytest.skip("no fp8route binary built (set FP8ROUTE_CLI)")
+
+
+def run(*args):
+    return subprocess.run([cli_path(), *args], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "FP8ROUTE_SOURCE_DIR": ROOT})
+
+
+def has_gpu():
+    info = run("info")
+    assert info.returncode == 0, info.stderr
+    return "GPU: none" not in info.stdout
+
+
+STAMP = {"gpu": "NVIDIA H200", "sm_count": 132, "cuda": "13.0", "cublaslt": "13.1", "fp8route": "0.1.0",
+         "date": "2026-11-30"}
+
+
+def test_build_only_keeps_screened_out_quick_times(tmp_path):
+    # Two measured configs and one the screen dropped (its quick time in the "done" line), at two M;
+    # then an unfinished problem (no "done" line), which must not reach the table.
+    key = {"scale": "row", "out": "bf16", "n": 4096, "k": 4096}
+    lines = [{"stamp": STAMP}]
+    for m, fast, slow, dropped in ((16, 10.0, 11.0, 31.5), (64, 20.0, 18.0, 55.0)):
+        lines += [{**key, "m": m, "backend": "cublaslt", "config": "heuristic", "us": fast},
+                  {**key, "m": m, "backend": "cutlass_sm90", "config": "row_64x16x128_1x1x1_pingpong_swapab",
+                   "us": slow},
+                  {"done": True, **key, "m": m, "screen_pct": 25,
+                   "screened_out": [["skinny", "m8_n32_k128x4_splitk", dropped]]}]
+    lines.append({**key, "m": 128, "backend": "cublaslt", "config": "heuristic", "us": 1.0})
+    raw = tmp_path / "t.raw.jsonl"
+    raw.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    table = tmp_path / "t.json"
+    r = run("tune", "--build-only", "--raw", str(raw), "-o", str(table))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "from 6 measurements of 2 finished problems" in r.stdout, r.stdout
+    (entry,) = json.loads(table.read_text())["entries"]
+    measured = {(m, b, c): us for m, b, c, us in entry["measured"]}
+    assert measured[(16, "skinny", "m8_n32_k128x4_splitk")] == 31.5
+    assert measured[(64, "skinny", "m8_n32_k128x4_splitk")] == 55.0
+    assert not any(m == 128 for m, _, _ in measured)
+    # The breakpoints are the fastest measured per M; a quick time far behind never is.
+    assert entry["breakpoints"] == [[16, "cublaslt", "heuristic"],
+                                    [64, "cutlass_sm90", "row_64x16x128_1x1x1_pingpong_swapab"]]
+
+
+def test_bench_json_path_fails_before_the_run_and_the_file_is_valid(tmp_path):
+    if not has_gpu():
+        pytest.skip("no CUDA device (bench needs one)")
+    bad = run("bench", "--model", "llama-3.1-8b", "--tp", "8", "--m", "1", "--scale", "tensor",
+              "--json", str(tmp_path / "missing" / "b.json"))
+    assert bad.returncode != 0
+    assert "missing/b.json: cannot write (--json)" in bad.stdout + bad.stderr
+    assert "problems" not in bad.stdout  # nothing was measured
+    out = tmp_path / "b.json"
+    ok = run("bench", "--model", "llama-3.1-8b", "--tp", "8", "--m", "1,4", "--scale", "tensor", "--reps", "3",
+             "--json", str(out))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    records = json.loads(out.read_text())
+    assert {r["layer"] for r in records} == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+    assert sum(r["routed"] for r in records) == 4 * 2
+    assert not os.path.exists(str(out) + ".partial")
