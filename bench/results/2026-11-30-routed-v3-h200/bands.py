@@ -12,6 +12,8 @@ Run from the repository root: python3 bench/results/2026-11-30-routed-v3-h200/ba
    counted once at every M.
 3. The same kernel timed twice in one run: where the routed config is also a backend's fastest, the
    routed call's time over that config's own time (run-to-run precision inside a bench).
+4. Between the two GPUs (set 1 against calls 4-5, M >= 32, the problems both ran): the same routed
+   config's time, and the cuBLASLt / CUTLASS ratio where each ran the same config in both.
 """
 import glob, json, os, sys, tarfile, tempfile
 
@@ -45,6 +47,31 @@ def same_kernel(paths):
           f"p99 {q(.99):.3f}, max {ratios[-1]:.3f}; > 1.03: {sum(x > 1.03 for x in ratios)}")
 
 
+def by_problem(paths):
+    d = {}
+    for f in paths:
+        for r in json.load(open(f)):
+            d.setdefault((r["model"], r["layer"], r["tp"], r["scale"], r["m"]), {})[
+                "routed" if r["routed"] else r["backend"]] = (r["us"], r["backend"], r["config"])
+    return d
+
+
+def cross_gpu(paths_a, paths_b):
+    a, b = by_problem(paths_a), by_problem(paths_b)
+    same, rel = [], []
+    for k in a.keys() & b.keys():
+        x, y = a[k], b[k]
+        if x["routed"][1:] == y["routed"][1:]:
+            same.append(y["routed"][0] / x["routed"][0])
+        if all(n in x and n in y and x[n][1:] == y[n][1:] for n in ("cublaslt", "cutlass_sm90")):
+            rel.append(y["cublaslt"][0] / y["cutlass_sm90"][0] / (x["cublaslt"][0] / x["cutlass_sm90"][0]))
+    q = lambda v, p: sorted(v)[round(p * (len(v) - 1))]
+    print(f"4. other GPU / tune's GPU: same routed config, {len(same)} problems: p5 {q(same, .05):.3f}, "
+          f"median {q(same, .5):.3f}, p95 {q(same, .95):.3f}; cuBLASLt/CUTLASS ratio, {len(rel)} problems: "
+          f"p5 {q(rel, .05):.3f}, median {q(rel, .5):.3f}, p95 {q(rel, .95):.3f}, moved > 3%: "
+          f"{sum(abs(r - 1) > 0.03 for r in rel)}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("bench_tp8_m32up", "bench_tp1_m32up", "bench_shipped"):
@@ -64,6 +91,8 @@ def main():
             report(f"2. shipped table, TP {tp}", probs)
             misses(probs)
         same_kernel(glob.glob(f"{tmp}/*/json/*.json"))
+        cross_gpu(glob.glob(f"{tmp}/bench_tp*_m32up/json/*.json"),
+                  [f for f in glob.glob(f"{tmp}/bench_shipped/json/*.json") if "decode" not in f])
 
 
 if __name__ == "__main__":
