@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -235,6 +236,32 @@ TEST(Screen, KeepsRoutedFailedEachBackendsFastestAndTheNearlyFastest) {
     }
   }
   EXPECT_THROW(bench::screen_keep({"a"}, {1.0, 2.0}, {false}, 25), Error);
+}
+
+TEST(FinalRound, TheNearTiesFastestFirstOrNone) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> t(10.0, 14.0);
+  for (int trial = 0; trial < 500; ++trial) {
+    const size_t n = 1 + rng() % 12;
+    std::vector<double> us(n);
+    std::vector<bool> failed(n);
+    for (size_t i = 0; i < n; ++i) us[i] = t(rng), failed[i] = rng() % 6 == 0;
+    const double pct = double(rng() % 10);
+    const std::vector<size_t> got = bench::final_round(us, failed, pct);
+    double best = INFINITY;
+    for (size_t i = 0; i < n; ++i)
+      if (!failed[i]) best = std::min(best, us[i]);
+    std::vector<size_t> want;
+    for (size_t i = 0; i < n; ++i)
+      if (!failed[i] && us[i] <= best * (1 + pct / 100)) want.push_back(i);
+    if (want.size() < 2) want.clear();
+    ASSERT_EQ(got.size(), want.size()) << "trial " << trial << ", pct " << pct;
+    EXPECT_EQ(std::set<size_t>(got.begin(), got.end()), std::set<size_t>(want.begin(), want.end()));
+    for (size_t j = 1; j < got.size(); ++j) EXPECT_LE(us[got[j - 1]], us[got[j]]);
+  }
+  EXPECT_TRUE(bench::final_round({10.0, 10.1}, {false, true}, 5).empty());     // one left: no tie
+  EXPECT_EQ(bench::final_round({10.4, 10.0, 12.0}, {false, false, false}, 5), (std::vector<size_t>{1, 0}));
+  EXPECT_THROW(bench::final_round({1.0}, {false, false}, 5), Error);
 }
 
 }  // namespace

@@ -188,6 +188,19 @@ std::vector<bool> screen_keep(const std::vector<std::string>& backends, const st
   return keep;
 }
 
+std::vector<size_t> final_round(const std::vector<double>& us, const std::vector<bool>& failed, double pct) {
+  FP8ROUTE_CHECK(us.size() == failed.size(), "final_round: " << us.size() << " times, " << failed.size() << " flags");
+  double best = INFINITY;
+  for (size_t i = 0; i < us.size(); ++i)
+    if (!failed[i]) best = std::min(best, us[i]);
+  std::vector<size_t> out;
+  for (size_t i = 0; i < us.size(); ++i)
+    if (!failed[i] && us[i] <= best * (1 + pct / 100)) out.push_back(i);
+  std::stable_sort(out.begin(), out.end(), [&](size_t a, size_t b) { return us[a] < us[b]; });
+  if (out.size() < 2) out.clear();
+  return out;
+}
+
 Measurement measure(const Enqueue& enqueue, int sets, const MeasureOptions& opt) {
   Measurement m = measure_interleaved({enqueue}, sets, opt)[0];
   FP8ROUTE_CHECK_CAT(m.error.empty(), ErrorCategory::cuda_error, m.error);

@@ -56,4 +56,9 @@ std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, in
 std::vector<bool> screen_keep(const std::vector<std::string>& backends, const std::vector<double>& us,
                               const std::vector<bool>& failed, double pct);
 
+// Which choices a tune times once more, with more graph instances (fp8route tune --final): those
+// that did not fail and lie within pct% of the fastest, fastest first; none unless there are at
+// least two (a near-tie to settle). Pure, for the CPU tests.
+std::vector<size_t> final_round(const std::vector<double>& us, const std::vector<bool>& failed, double pct);
+
 }  // namespace fp8route::bench

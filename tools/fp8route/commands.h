@@ -41,6 +41,8 @@ struct TuneOptions {
   std::string raw_path;                             // "" = <table_path without .json>.raw.jsonl
   std::string backends = "cublaslt,cutlass_sm90,skinny";
   int screen_pct = 25;      // > 0: a quick first round drops configs more than this % behind (bench::screen_gemms)
+  int final_pct = 5;        // > 0: the configs within this % of the best are timed again (bench::final_round) ...
+  int final_instances = 4;  // ... with this many graph instances (when more than --instances)
   bool fresh = false;       // ignore (and overwrite) an existing raw file instead of resuming from it
   bool build_only = false;  // measure nothing: build the table from the raw file (no GPU needed)
 };

@@ -89,6 +89,15 @@ int main(int argc, char** argv) {
                                                "(default: the table's name with .raw.jsonl)");
   tune_cmd->add_option("--backend", tune.backends, "backends to measure")->capture_default_str();
   add_screen_option(tune_cmd, tune.screen_pct, "");
+  tune_cmd->add_option("--final", tune.final_pct,
+                       "time the configs within this % of the best once more, side by side, with --final-instances "
+                       "graph instances; their times in the table come from that round (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
+  tune_cmd->add_option("--final-instances", tune.final_instances,
+                       "graph instances of the --final round (it is skipped when --instances is as many)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
   tune_cmd->add_flag("--fresh", tune.fresh, "start over instead of resuming from the raw file");
   tune_cmd->add_flag("--build-only", tune.build_only, "measure nothing: write the table from the raw file (no GPU needed)");
 

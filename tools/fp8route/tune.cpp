@@ -12,7 +12,9 @@
 // the configs the quick first round dropped (bench::screen_gemms). Their quick times go into the
 // table's measurements too (read_tune_raw does the same on resume): they never win a breakpoint
 // (PCT% behind in their round), but nearest-shape and between-M routing rank every config of a
-// problem, and a config missing at one M would drop out of those rankings.
+// problem, and a config missing at one M would drop out of those rankings. With --final (a near-tie
+// timed again) the "done" line has "final_pct", "final_instances" and "final": [[backend, config],
+// ...], the configs whose measurement lines hold that round's times.
 
 #include <chrono>
 #include <cstdio>
@@ -79,13 +81,18 @@ int run_tune(const TuneOptions& opt) {
   const size_t total = w.layers.size() * w.m_grid.size() * w.scales.size();
   const DeviceInfo& dev = device_info(0);
   std::printf("fp8route tune on %s (%d SMs): %s, %zu distinct shapes x %zu M x %zu scale kinds = %zu problems\n"
-              "method: every supported config of a problem interleaved%s\n"
+              "method: every supported config of a problem interleaved%s%s\n"
               "raw measurements: %s%s\n",
               dev.name.c_str(), dev.sm_count, w.what.c_str(), w.layers.size(), w.m_grid.size(), w.scales.size(),
               total,
               opt.screen_pct > 0 ? ("; a quick round first drops those over " + std::to_string(opt.screen_pct) +
                                     "% behind the fastest (--screen)").c_str()
                                  : "",
+              opt.final_pct > 0 && opt.final_instances > opt.shapes.instances
+                  ? ("; configs within " + std::to_string(opt.final_pct) + "% of the best timed again with " +
+                     std::to_string(opt.final_instances) + " graph instances (--final)")
+                        .c_str()
+                  : "",
               raw.c_str(),
               done.empty() ? "" : (" (resuming: " + std::to_string(done.size()) + " problems already done)").c_str());
   const bench::MeasureOptions mo = measure_options(opt.shapes);
@@ -117,7 +124,25 @@ int run_tune(const TuneOptions& opt) {
         }
         // Every config of the problem side by side, replays interleaved (measure.h): clock drift
         // during the run moves them alike instead of favouring whichever ran in a fast phase.
-        const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
+        std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
+        // --final: a near-tie (configs within final_pct% of the best) timed once more, only those
+        // side by side and with more graph instances: the mix a bench of the routed call runs in,
+        // and less noise where the choice is close (bench/results/2026-11-30-routed-v3-h200).
+        nlohmann::json final_round = nlohmann::json::array();
+        if (opt.final_pct > 0 && opt.final_instances > mo.instances) {
+          std::vector<double> us;
+          std::vector<bool> failed;
+          for (const bench::Measurement& r : ms) us.push_back(r.median_us), failed.push_back(!r.error.empty());
+          const std::vector<size_t> near = bench::final_round(us, failed, opt.final_pct);
+          std::vector<std::pair<std::string, std::string>> again;
+          for (size_t i : near) again.push_back(choices[i]);
+          bench::MeasureOptions mf = mo;
+          mf.instances = opt.final_instances;
+          const std::vector<bench::Measurement> ms2 = again.empty() ? std::vector<bench::Measurement>{}
+                                                                    : bench::measure_gemms(ops, again, mf);
+          for (size_t j = 0; j < near.size(); ++j)
+            if (ms2[j].error.empty()) ms[near[j]] = ms2[j], final_round.push_back({again[j].first, again[j].second});
+        }
         double best = 0;
         std::string best_name;
         int timed = 0;
@@ -140,6 +165,11 @@ int run_tune(const TuneOptions& opt) {
         nlohmann::json done_line{{"done", true}, {"scale", scale_name(p.scale)}, {"out", out_name(p.out)}, {"n", p.n},
                                  {"k", p.k}, {"m", p.m}};
         if (opt.screen_pct > 0) done_line["screen_pct"] = opt.screen_pct, done_line["screened_out"] = screened_out;
+        if (!final_round.empty()) {
+          done_line["final_pct"] = opt.final_pct;
+          done_line["final_instances"] = opt.final_instances;
+          done_line["final"] = final_round;
+        }
         out << done_line.dump() << "\n";
         out.flush();
         ++measured;
@@ -148,7 +178,9 @@ int run_tune(const TuneOptions& opt) {
         std::printf("[%zu/%zu %.0fs, eta %.0fs] %-30s %-44s %2d configs%s, best %8.2f us %s\n", seen, total, el,
                     el / measured * left, (l.model + "/" + l.layer + " tp" + std::to_string(l.tp)).c_str(),
                     to_string(p).c_str(), timed,
-                    screened_out.empty() ? "" : (" (+" + std::to_string(screened_out.size()) + " screened out)").c_str(),
+                    (screened_out.empty() ? std::string() : " (+" + std::to_string(screened_out.size()) + " screened out)")
+                        .append(final_round.empty() ? "" : ", " + std::to_string(final_round.size()) + " timed again")
+                        .c_str(),
                     best, best_name.c_str());
         std::fflush(stdout);
       }

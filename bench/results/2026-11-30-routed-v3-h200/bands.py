@@ -14,6 +14,8 @@ Run from the repository root: python3 bench/results/2026-11-30-routed-v3-h200/ba
    routed call's time over that config's own time (run-to-run precision inside a bench).
 4. Between the two GPUs (set 1 against calls 4-5, M >= 32, the problems both ran): the same routed
    config's time, and the cuBLASLt / CUTLASS ratio where each ran the same config in both.
+5. The same problems: on the other GPU, how often the tune's table (set 1's routed config) and the
+   fastest config of set 1's bench (4 graph instances, the top candidates only) are > 3% behind.
 """
 import glob, json, os, sys, tarfile, tempfile
 
@@ -70,6 +72,20 @@ def cross_gpu(paths_a, paths_b):
           f"median {q(same, .5):.3f}, p95 {q(same, .95):.3f}; cuBLASLt/CUTLASS ratio, {len(rel)} problems: "
           f"p5 {q(rel, .05):.3f}, median {q(rel, .5):.3f}, p95 {q(rel, .95):.3f}, moved > 3%: "
           f"{sum(abs(r - 1) > 0.03 for r in rel)}")
+    n = ev = miss_table = miss_bench = 0
+    for k in a.keys() & b.keys():
+        times_b = {}
+        for v in b[k].values():  # the routed call is a timing of its config too
+            times_b[v[1:]] = min(times_b.get(v[1:], v[0]), v[0])
+        best_b = min(v[0] for name, v in b[k].items() if name != "routed")
+        n += 1
+        miss_table += times_b[b[k]["routed"][1:]] > 1.03 * best_b  # each config at its fastest timing, alike
+        winner_a = min(a[k].values(), key=lambda v: v[0])[1:]
+        if winner_a in times_b:
+            ev += 1
+            miss_bench += times_b[winner_a] > 1.03 * best_b
+    print(f"5. on the other GPU, > 3% behind its best: the tune's table {miss_table} of {n}; set 1's bench winner "
+          f"{miss_bench} of the {ev} it timed")
 
 
 def main():
