@@ -40,6 +40,9 @@ class GemmBackend {
   // Enqueues the GEMM. Precondition: supports(p, config) == "" and ops match p.
   virtual void run(const GemmProblem& p, const GemmOperands& ops, int config,
                    cudaStream_t stream) const = 0;
+  // Rows of a (tokens, M) one tile of the config covers, when its time steps with ceil(M / tile)
+  // (a CUTLASS tile: tile_m, or tile_n for swap-AB); 0 when it does not say.
+  virtual int m_tile(int /*config*/) const { return 0; }
 };
 
 // The names of a backend's config table, in its order: config_name(entry) for each entry.
@@ -62,6 +65,9 @@ const std::vector<const GemmBackend*>& all_backends();
 const GemmBackend& find_backend(std::string_view name);
 // Index of `config` in b.configs() ("" = the first); throws Error(invalid_argument) listing them.
 int find_config(const GemmBackend& b, std::string_view config);
+// GemmBackend::m_tile by names; 0 for a backend or config this build does not have (a table made
+// by another build may name one).
+int config_m_tile(std::string_view backend, std::string_view config);
 
 // The rule every fast backend shares (16-byte alignment, GemmProblem::align): "" or why not.
 std::string common_fast_path_reason(const GemmProblem& p);

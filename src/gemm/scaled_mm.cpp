@@ -289,6 +289,16 @@ int find_config(const GemmBackend& b, std::string_view config) {
                 "config: backend " << b.name() << " has no config '" << config << "' (it has " << names << ")");
 }
 
+int config_m_tile(std::string_view backend, std::string_view config) {
+  for (const GemmBackend* b : all_backends())
+    if (b->name() == backend) {
+      const std::vector<std::string>& cs = b->configs();
+      for (size_t i = 0; i < cs.size(); ++i)
+        if (cs[i] == config) return b->m_tile(static_cast<int>(i));
+    }
+  return 0;
+}
+
 std::string unpadded_scale_b_reason(const GemmProblem& p) {
   if (!p.sb_padded) return "";
   return "reads block scale_b unpadded ([ceil(N/128), ceil(K/128)] contiguous); this call passes rows "

@@ -72,6 +72,11 @@ class CutlassSm90Backend final : public GemmBackend {
     return names;
   }
 
+  int m_tile(int config) const override {
+    const ConfigSpec& c = kConfigs[config];
+    return c.operands == Operands::swapab ? c.tile_n : c.tile_m;
+  }
+
   std::string supports(const GemmProblem& p, int config) const override {
     const ConfigSpec& c = kConfigs[config];
     if (c.family == Family::row && p.scale == ScaleKind::block)
