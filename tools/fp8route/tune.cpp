@@ -16,6 +16,7 @@
 // timed again) the "done" line has "final_pct", "final_instances" and "final": [[backend, config],
 // ...], the configs whose measurement lines hold that round's times.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -136,8 +137,12 @@ int run_tune(const TuneOptions& opt) {
           const std::vector<size_t> near = bench::final_round(us, failed, opt.final_pct);
           std::vector<std::pair<std::string, std::string>> again;
           for (size_t i : near) again.push_back(choices[i]);
+          // As many timed replays in all as the full round (at least 5 per instance): the instances
+          // average out a stream-K graph's speed, and the round costs about one more full round of
+          // the near-ties only.
           bench::MeasureOptions mf = mo;
           mf.instances = opt.final_instances;
+          mf.reps = std::max(5, mo.reps / opt.final_instances);
           const std::vector<bench::Measurement> ms2 = again.empty() ? std::vector<bench::Measurement>{}
                                                                     : bench::measure_gemms(ops, again, mf);
           for (size_t j = 0; j < near.size(); ++j)
