@@ -372,6 +372,12 @@ TEST(Route, InterpolationCountsCutlassTilesAlongM) {
   const Route at17 = r.select(make_problem(17, 4096, 4096, ScaleKind::row));
   EXPECT_EQ(at17.backend, "cublaslt") << at17.why;
   EXPECT_EQ(r.select(make_problem(32, 4096, 4096, ScaleKind::row)).backend, "cublaslt");
+  // explain shows the estimates select() ranked: cuBLASLt 12 + (16 - 12) / 16 = 12.25 us, CUTLASS
+  // at its two tiles' 20 us.
+  const std::string text = r.explain(make_problem(17, 4096, 4096, ScaleKind::row));
+  EXPECT_NE(text.find("estimated at m=17 from m=16 and m=32"), std::string::npos) << text;
+  EXPECT_NE(text.find("1.      12.25 us   1.000x  cublaslt/heuristic"), std::string::npos) << text;
+  EXPECT_NE(text.find("2.      20.00 us   1.633x  cutlass_sm90/" + cfg), std::string::npos) << text;
 }
 
 // cuBLASLt's heuristicN names another algorithm at another M: it wins only at the M it was

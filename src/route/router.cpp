@@ -92,22 +92,30 @@ double interpolation_weight(const std::string& backend, const std::string& confi
 // with each interior measured M held out in turn, this loses 2.56% geomean to the best (327 of
 // 1354 points lose more than 3%); linearly in M for every config 2.82% (357), linearly in
 // (log M, log time), the rule before, 3.57% (412) (test_route, HeldOutMInterpolates).
-std::vector<std::pair<std::string, std::string>> interpolated(const TableEntry& e, int64_t m, int64_t lo, int64_t hi) {
+using Estimate = std::pair<double, std::pair<std::string, std::string>>;  // (us, (backend, config))
+
+// Every config measured at both lo and hi that carries over, with its time interpolated at m,
+// fastest first.
+std::vector<Estimate> interpolated_times(const TableEntry& e, int64_t m, int64_t lo, int64_t hi) {
   std::map<std::pair<std::string, std::string>, std::pair<double, double>> at;  // (t_lo, t_hi)
   for (const Measured& r : e.measured)
     if (r.m == lo || r.m == hi) {
       auto [it, fresh] = at.try_emplace({r.backend, r.config}, NAN, NAN);
       (r.m == lo ? it->second.first : it->second.second) = r.us;
     }
-  std::vector<std::pair<double, std::pair<std::string, std::string>>> scored;
+  std::vector<Estimate> scored;
   for (const auto& [c, t] : at)
     if (!std::isnan(t.first) && !std::isnan(t.second) && carries_over(c.first, c.second)) {
       const double w = interpolation_weight(c.first, c.second, m, lo, hi);
       scored.push_back({(1 - w) * t.first + w * t.second, c});
     }
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return scored;
+}
+
+std::vector<std::pair<std::string, std::string>> interpolated(const TableEntry& e, int64_t m, int64_t lo, int64_t hi) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (auto& [score, c] : scored) out.push_back(c);
+  for (auto& [us, c] : interpolated_times(e, m, lo, hi)) out.push_back(c);
   for (const Measured* r : ranked_at(e, hi))
     if (std::find(out.begin(), out.end(), std::make_pair(r->backend, r->config)) == out.end())
       out.emplace_back(r->backend, r->config);
@@ -373,6 +381,16 @@ std::string Router::explain(const GemmProblem& p) const {
   os << "source: " << name(r.source) << "\nchoice: " << r.backend << "/" << r.config << "\nwhy: " << r.why << "\n";
   Route::Source source;
   if (const TableEntry* e = find_entry(p, source)) {
+    if (const auto [lo, hi] = measured_around(*e, p.m); source == Route::Source::exact && lo > 0 && hi > 0) {
+      const std::vector<Estimate> est = interpolated_times(*e, p.m, lo, hi);
+      os << "estimated at m=" << p.m << " from m=" << lo << " and m=" << hi
+         << " (a CUTLASS config's time interpolated in its tiles along M, the others' in M):\n";
+      for (size_t i = 0; i < est.size(); ++i) {
+        char line[64];
+        std::snprintf(line, sizeof line, "%3zu. %10.2f us  %6.3fx  ", i + 1, est[i].first, est[i].first / est[0].first);
+        os << line << est[i].second.first << "/" << est[i].second.second << "\n";
+      }
+    }
     const int64_t m = nearest_measured_m(*e, p.m);
     const std::vector<const Measured*> ranked = ranked_at(*e, m);
     os << "measured candidates for " << entry_name(*e) << " at m=" << m << " (nearest measured M):\n";
