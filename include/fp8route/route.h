@@ -126,14 +126,16 @@ class Router {
   // measured candidates at the nearest measured M and why any candidate was skipped.
   std::string explain(const GemmProblem& p) const;
 
-  // The entries select() can consult for (scale, out, N, K) at any M: the exact entry, else every
-  // entry that is among the nearest for some M. A Router over them routes those shapes the same.
+  // The entries select() can consult for (scale, out, N, K) at any M: the exact entry, and every
+  // entry that is among the nearest for some M where the exact entry does not serve (there is
+  // none, or it was measured only below that M). A Router over them routes those shapes the same.
   RoutingTable slice(ScaleKind scale, DType out, int64_t n, int64_t k) const;
 
   const RoutingTable& table() const { return table_; }
   const std::string& load_error() const { return load_error_; }
 
  private:
+  const TableEntry* exact_entry(const GemmProblem& p) const;
   const TableEntry* find_entry(const GemmProblem& p, Route::Source& source) const;
   std::vector<const TableEntry*> nearest_entries(const GemmProblem& p, size_t count) const;
   std::vector<std::pair<std::string, std::string>> blend_nearest(const GemmProblem& p) const;

@@ -193,10 +193,25 @@ std::vector<const TableEntry*> Router::nearest_entries(const GemmProblem& p, siz
   return out;
 }
 
-const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source) const {
+const TableEntry* Router::exact_entry(const GemmProblem& p) const {
   for (const TableEntry& e : table_.entries)
-    if (e.scale == p.scale && e.out == p.out && e.n == p.n && e.k == p.k && !e.breakpoints.empty())
-      return source = Route::Source::exact, &e;
+    if (e.scale == p.scale && e.out == p.out && e.n == p.n && e.k == p.k && !e.breakpoints.empty()) return &e;
+  return nullptr;
+}
+
+// The exact entry, unless it was measured only below M and another entry of the scale kind and
+// out dtype was measured up to M: then the nearest entries, as for a shape the table lacks. The
+// shipped table measures TP 2 and 4 shapes only up to M = 64; taking such an entry's ranking at
+// its largest M for prefill chose swap-AB decode configs. On the H200 data, with an entry cut at
+// M = 64 and M = 128-4096 routed (test_route, ExactEntryMeasuredOnlyBelowM): 60% geometric-mean
+// loss that way (worst 5.7x), 2.6% by the nearest entries; cut at 256: 8.4% against 1.9%.
+const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source) const {
+  if (const TableEntry* e = exact_entry(p)) {
+    bool measured_higher = false;
+    for (const TableEntry& o : table_.entries)
+      measured_higher |= o.scale == p.scale && o.out == p.out && !o.breakpoints.empty() && o.breakpoints.back().max_m >= p.m;
+    if (p.m <= e->breakpoints.back().max_m || !measured_higher) return source = Route::Source::exact, e;
+  }
   const std::vector<const TableEntry*> near = nearest_entries(p, 1);
   source = near.empty() ? Route::Source::heuristic : Route::Source::nearest;
   return near.empty() ? nullptr : near[0];
@@ -238,19 +253,19 @@ RoutingTable Router::slice(ScaleKind scale, DType out, int64_t n, int64_t k) con
   RoutingTable t;
   t.stamp = table_.stamp;
   GemmProblem p = make_problem(1, n, k, scale, out);
-  Route::Source source;
-  if (const TableEntry* e = find_entry(p, source); e && source == Route::Source::exact) {
-    t.entries.push_back(*e);
-    return t;
-  }
-  // The nearest-entry order changes with M only where M crosses an entry's largest measured M
-  // (nearest_entries), so M = 1 and every max_m and max_m + 1 visit every order there is.
+  std::vector<const TableEntry*> used;
+  if (const TableEntry* e = exact_entry(p)) used.push_back(e);
+  // The nearest-entry order, and whether the exact entry serves (find_entry), change with M only
+  // where M crosses an entry's largest measured M, so M = 1 and every max_m and max_m + 1 visit
+  // every case there is.
   std::vector<int64_t> ms = {1};
   for (const TableEntry& e : table_.entries)
     if (!e.breakpoints.empty()) ms.push_back(e.breakpoints.back().max_m), ms.push_back(e.breakpoints.back().max_m + 1);
-  std::vector<const TableEntry*> used;
   for (int64_t m : ms) {
     p.m = m;
+    Route::Source source;
+    find_entry(p, source);
+    if (source != Route::Source::nearest) continue;
     for (const TableEntry* e : nearest_entries(p, kBlendEntries))
       if (std::find(used.begin(), used.end(), e) == used.end()) used.push_back(e);
   }
@@ -293,6 +308,10 @@ Route Router::select(const GemmProblem& p) const {
   Route::Source source;
   const TableEntry* e = find_entry(p, source);
   std::string skipped;
+  std::string short_exact;  // why the exact entry did not serve
+  if (const TableEntry* x = exact_entry(p); x && source == Route::Source::nearest)
+    short_exact = " (the exact entry " + entry_name(*x) + " is measured only up to m=" +
+                  std::to_string(x->breakpoints.back().max_m) + ")";
   if (e) {
     const Breakpoint& bp = breakpoint_for(*e, p.m);
     const auto [lo, hi] = measured_around(*e, p.m);
@@ -310,7 +329,7 @@ Route Router::select(const GemmProblem& p) const {
         std::string how =
             source == Route::Source::nearest
                 ? "nearest entries (closest " + entry_name(*e) + "), rank " + std::to_string(i + 1) +
-                      " by geomean time relative to each entry's best at its nearest measured M"
+                      " by geomean time relative to each entry's best at its nearest measured M" + short_exact
                 : lo > 0
                 ? std::string(name(source)) + " entry " + entry_name(*e) + ", rank " + std::to_string(i + 1) +
                       " by time interpolated between m=" + std::to_string(lo) + " and m=" + std::to_string(hi)
