@@ -213,8 +213,16 @@ TEST(Route, ExactEntryMeasuredOnlyBelowM) {
         const double ratio = t.at({r.backend, r.config}) / best_of(t);
         log_sum += std::log(ratio), ++n, worst = std::max(worst, ratio);
       }
-      // At or below the cut, the exact entry still serves.
+      // At or below the cut, the exact entry still serves; beyond every entry's M, the entries
+      // measured furthest do.
       EXPECT_EQ(router.select(make_problem(cut, pn, pk, scale, out)).source, Route::Source::exact);
+      // (Nothing was measured at M = 16384, so here every config may run.)
+      const SupportsFn any = [](std::string_view, std::string_view, const GemmProblem&) { return std::string(); };
+      const Router router_any(router.table(), any), sliced_any(router.slice(scale, out, pn, pk), any);
+      const GemmProblem huge = make_problem(16384, pn, pk, scale, out);
+      const Route h = router_any.select(huge);
+      ASSERT_EQ(h.source, Route::Source::nearest) << to_string(huge) << ": " << h.why;
+      EXPECT_EQ(sliced_any.select(huge).config, h.config);
     }
     const double geomean = std::exp(log_sum / double(n));
     std::printf("entries cut at m=%lld: %zu points above routed by the nearest entries, geomean loss %.2f%%, worst %.3fx\n",
