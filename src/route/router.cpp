@@ -86,12 +86,6 @@ double interpolation_weight(const std::string& backend, const std::string& confi
   return double(m - lo) / double(hi - lo);
 }
 
-// Candidates for an M between two measured M, best first: every config measured at both (that
-// carries over to another M), ranked by its time interpolated linearly between them
-// (interpolation_weight); then the rest measured at hi. On the H200 data (the table of df3e427),
-// with each interior measured M held out in turn, this loses 2.56% geomean to the best (327 of
-// 1354 points lose more than 3%); linearly in M for every config 2.82% (357), linearly in
-// (log M, log time), the rule before, 3.57% (412) (test_route, HeldOutMInterpolates).
 using Estimate = std::pair<double, std::pair<std::string, std::string>>;  // (us, (backend, config))
 
 // Every config measured at both lo and hi that carries over, with its time interpolated at m,
@@ -113,6 +107,12 @@ std::vector<Estimate> interpolated_times(const TableEntry& e, int64_t m, int64_t
   return scored;
 }
 
+// Candidates for an M between two measured M, best first: every config measured at both (that
+// carries over to another M), ranked by its time interpolated linearly between them
+// (interpolation_weight); then the rest measured at hi. On the H200 data (the table of df3e427),
+// with each interior measured M held out in turn, this loses 2.49% geomean to the best (322 of
+// 1354 points lose more than 3%); linearly in M for every config 2.82% (357), linearly in
+// (log M, log time), the rule before, 3.57% (412) (test_route, HeldOutMInterpolates).
 std::vector<std::pair<std::string, std::string>> interpolated(const TableEntry& e, int64_t m, int64_t lo, int64_t hi) {
   std::vector<std::pair<std::string, std::string>> out;
   for (auto& [us, c] : interpolated_times(e, m, lo, hi)) out.push_back(c);
@@ -209,10 +209,11 @@ const TableEntry* Router::exact_entry(const GemmProblem& p) const {
 const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source) const {
   if (const TableEntry* e = exact_entry(p)) {
     const int64_t top = e->breakpoints.back().max_m;
-    bool measured_higher = false;
-    for (const TableEntry& o : table_.entries)
-      measured_higher |= o.scale == p.scale && o.out == p.out && !o.breakpoints.empty() && o.breakpoints.back().max_m > top;
-    if (p.m <= top || !measured_higher) return source = Route::Source::exact, e;
+    const auto measured_higher = [&](const TableEntry& o) {
+      return o.scale == p.scale && o.out == p.out && !o.breakpoints.empty() && o.breakpoints.back().max_m > top;
+    };
+    if (p.m <= top || std::none_of(table_.entries.begin(), table_.entries.end(), measured_higher))
+      return source = Route::Source::exact, e;
   }
   const std::vector<const TableEntry*> near = nearest_entries(p, 1);
   source = near.empty() ? Route::Source::heuristic : Route::Source::nearest;
@@ -387,6 +388,15 @@ void load_default_table(const std::string& path) {
 
 uint64_t default_router_generation() { return default_state().generation.load(); }
 
+namespace {
+// One line of a ranked list in explain(): rank, time, ratio to the first, backend/config.
+std::string ranked_line(size_t i, double us, double best, const std::string& backend, const std::string& config) {
+  char line[64];
+  std::snprintf(line, sizeof line, "%3zu. %10.2f us  %6.3fx  ", i + 1, us, us / best);
+  return line + backend + "/" + config;
+}
+}  // namespace
+
 std::string Router::explain(const GemmProblem& p) const {
   std::ostringstream os;
   os << "problem: " << to_string(p) << "\n";
@@ -406,11 +416,8 @@ std::string Router::explain(const GemmProblem& p) const {
       const std::vector<Estimate> est = interpolated_times(*e, p.m, lo, hi);
       os << "estimated at m=" << p.m << " from m=" << lo << " and m=" << hi
          << " (a CUTLASS config's time interpolated in its tiles along M, the others' in M):\n";
-      for (size_t i = 0; i < est.size(); ++i) {
-        char line[64];
-        std::snprintf(line, sizeof line, "%3zu. %10.2f us  %6.3fx  ", i + 1, est[i].first, est[i].first / est[0].first);
-        os << line << est[i].second.first << "/" << est[i].second.second << "\n";
-      }
+      for (size_t i = 0; i < est.size(); ++i)
+        os << ranked_line(i, est[i].first, est[0].first, est[i].second.first, est[i].second.second) << "\n";
     }
     const int64_t m = nearest_measured_m(*e, p.m);
     const std::vector<const Measured*> ranked = ranked_at(*e, m);
@@ -422,9 +429,8 @@ std::string Router::explain(const GemmProblem& p) const {
       } catch (const Error& err) {
         why = err.what();
       }
-      char line[64];
-      std::snprintf(line, sizeof line, "%3zu. %10.2f us  %6.3fx  ", i + 1, ranked[i]->us, ranked[i]->us / ranked[0]->us);
-      os << line << ranked[i]->backend << "/" << ranked[i]->config << (why.empty() ? "" : "  skipped: " + why) << "\n";
+      os << ranked_line(i, ranked[i]->us, ranked[0]->us, ranked[i]->backend, ranked[i]->config)
+         << (why.empty() ? "" : "  skipped: " + why) << "\n";
     }
   }
   return os.str();

@@ -112,7 +112,7 @@ int run_tune(const TuneOptions& opt) {
           for (const std::string& c : gemm_configs(b))
             if (gemm_supports(b, c, p).empty()) choices.emplace_back(b, c);
         // --screen: a quick round first; configs far behind are not measured further (their quick
-        // times go into the "done" line, not into the table).
+        // times go into the "done" line and, as measurements, into the table).
         nlohmann::json screened_out = nlohmann::json::array();
         if (opt.screen_pct > 0) {
           const bench::Screen sc = bench::screen_gemms(ops, choices, mo, opt.screen_pct);
