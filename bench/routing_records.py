@@ -23,15 +23,29 @@ def load(path):
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         if ".jsonl" not in path:
             return json.load(f)
-        # tune raw file: skip the stamp line; a "done" line (--screen) adds the configs the quick
-        # round dropped, with their quick times, as fp8route's read_tune_raw does.
-        out = []
+        # tune raw file, as fp8route's read_tune_raw reads it: skip the stamp line; a problem's
+        # records count once its "done" line is there, which adds the configs the quick round dropped
+        # (--screen), with their quick times, and names the configs timed again (--final): the others
+        # rank at least final_pct% behind the fastest of those (settle_final_round, route.h).
+        out, pending = [], {}
         for r in map(json.loads, filter(str.strip, f)):
-            if "backend" in r:
-                out.append(r)
-            for backend, config, us in r.get("screened_out", []):
-                out.append({**{k: r[k] for k in ("scale", "out", "n", "k", "m")}, "backend": backend,
-                            "config": config, "us": us})
+            if "stamp" in r:
+                continue
+            key = tuple(r[k] for k in ("scale", "out", "n", "k", "m"))
+            problem = pending.setdefault(key, [])
+            if not r.get("done"):
+                problem.append(r)
+                continue
+            del pending[key]
+            problem += [{**{k: r[k] for k in ("scale", "out", "n", "k", "m")}, "backend": backend,
+                         "config": config, "us": us} for backend, config, us in r.get("screened_out", [])]
+            again = {tuple(c) for c in r.get("final", [])}
+            fastest = min((p["us"] for p in problem if (p["backend"], p["config"]) in again), default=None)
+            if fastest is not None:
+                floor = fastest * (1 + r["final_pct"] / 100)
+                problem = [p if (p["backend"], p["config"]) in again else {**p, "us": max(p["us"], floor)}
+                           for p in problem]
+            out += problem
         return out
 
 

@@ -85,6 +85,17 @@ struct TuneRawFile {
 // Error(io_error) naming the file and the line.
 TuneRawFile read_tune_raw(const std::string& path);
 
+// tune --final: a problem's near-ties were timed again, only they side by side and with more graph
+// instances. That round's times and the full round's are not comparable (the mix of kernels and the
+// instance count move the clock: on the H200, configs not timed again won 41 of 1452 problems with
+// their full-round times and lost 3-16% in the bench), so a config not timed again ranks at least
+// pct% behind the fastest of the final round, as it was behind the best of the full round: its time
+// becomes max(us, that fastest x (1 + pct/100)). `problem` holds one problem's records (screened-out
+// quick times included); `final_round` names the configs timed again. Nothing changes when none of
+// them is among the records.
+void settle_final_round(std::vector<MeasurementRecord>& problem,
+                        const std::vector<std::pair<std::string, std::string>>& final_round, double pct);
+
 // Per (scale, out, n, k): the fastest (backend, config) at each measured M, runs of equal choices
 // merged into one breakpoint whose max_m is the run's largest M. Repeated records keep the minimum.
 RoutingTable build_routing_table(const std::vector<MeasurementRecord>& records, TableStamp stamp);

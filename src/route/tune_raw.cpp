@@ -1,5 +1,7 @@
 // Reading fp8route tune's raw measurement file (route.h, TuneRawFile).
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 
@@ -10,6 +12,18 @@
 #include "route/stamp_json.h"
 
 namespace fp8route {
+
+void settle_final_round(std::vector<MeasurementRecord>& problem,
+                        const std::vector<std::pair<std::string, std::string>>& final_round, double pct) {
+  double fastest = INFINITY;
+  for (const MeasurementRecord& r : problem)
+    if (std::find(final_round.begin(), final_round.end(), std::pair(r.backend, r.config)) != final_round.end())
+      fastest = std::min(fastest, r.us);
+  if (!std::isfinite(fastest)) return;
+  for (MeasurementRecord& r : problem)
+    if (std::find(final_round.begin(), final_round.end(), std::pair(r.backend, r.config)) == final_round.end())
+      r.us = std::max(r.us, fastest * (1 + pct / 100));
+}
 
 TuneRawFile read_tune_raw(const std::string& path) {
   TuneRawFile raw;
@@ -32,14 +46,19 @@ TuneRawFile read_tune_raw(const std::string& path) {
                                          j.at("n").get<int64_t>(), j.at("k").get<int64_t>(), j.at("m").get<int64_t>()};
           if (j.value("done", false)) {
             raw.finished.push_back(key);
-            for (MeasurementRecord& r : pending[key]) raw.records.push_back(std::move(r));
+            std::vector<MeasurementRecord> problem = std::move(pending[key]);
             pending.erase(key);
             // --screen: the configs the quick round dropped, with their quick times (tune.cpp).
             const auto [scale, out, n, k, m] = key;
             if (j.contains("screened_out"))
               for (const nlohmann::json& d : j.at("screened_out"))
-                raw.records.push_back({scale, out, n, k, m, d.at(0).get<std::string>(), d.at(1).get<std::string>(),
-                                       d.at(2).get<double>()});
+                problem.push_back({scale, out, n, k, m, d.at(0).get<std::string>(), d.at(1).get<std::string>(),
+                                   d.at(2).get<double>()});
+            // --final: the configs timed again (route.h, settle_final_round).
+            if (j.contains("final"))
+              settle_final_round(problem, j.at("final").get<std::vector<std::pair<std::string, std::string>>>(),
+                                 j.at("final_pct").get<double>());
+            for (MeasurementRecord& r : problem) raw.records.push_back(std::move(r));
           } else {
             const auto [scale, out, n, k, m] = key;
             pending[key].push_back({scale, out, n, k, m, j.at("backend").get<std::string>(),

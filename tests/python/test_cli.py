@@ -5,6 +5,7 @@ built."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -60,6 +61,33 @@ def test_build_only_keeps_screened_out_quick_times(tmp_path):
     # The breakpoints are the fastest measured per M; a quick time far behind never is.
     assert entry["breakpoints"] == [[16, "cublaslt", "heuristic"],
                                     [64, "cutlass_sm90", "row_64x16x128_1x1x1_pingpong_swapab"]]
+
+
+def test_build_only_and_routing_records_settle_the_final_round(tmp_path):
+    # tune --final timed the near-ties cuBLASLt and CUTLASS "a" again; CUTLASS "b" has only its
+    # full-round time, lower but from another mix: it ranks 5% behind the final round's fastest, in
+    # tune's table and in bench/routing_records.py's records alike.
+    key = {"scale": "row", "out": "bf16", "n": 4096, "k": 4096, "m": 16}
+    a, b = "row_64x16x128_1x1x1_pingpong_swapab", "row_128x16x128_1x1x1_coop_streamk_swapab"
+    lines = [{"stamp": STAMP},
+             {**key, "backend": "cublaslt", "config": "heuristic", "us": 12.0},
+             {**key, "backend": "cutlass_sm90", "config": a, "us": 12.5},
+             {**key, "backend": "cutlass_sm90", "config": b, "us": 11.0},
+             {"done": True, **key, "screen_pct": 25, "screened_out": [], "final_pct": 5, "final_instances": 4,
+              "final": [["cublaslt", "heuristic"], ["cutlass_sm90", a]]}]
+    raw = tmp_path / "t.raw.jsonl"
+    raw.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    table = tmp_path / "t.json"
+    r = run("tune", "--build-only", "--raw", str(raw), "-o", str(table))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (entry,) = json.loads(table.read_text())["entries"]
+    assert entry["breakpoints"] == [[16, "cublaslt", "heuristic"]]
+    measured = {(bk, c): us for _, bk, c, us in entry["measured"]}
+    assert measured[("cutlass_sm90", b)] == pytest.approx(12.6, rel=1e-3)
+    records = tmp_path / "records.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "bench", "routing_records.py"), "-o", str(records), str(raw)],
+                   check=True, capture_output=True, text=True)
+    assert {(bk, c): us for *_, bk, c, us in json.loads(records.read_text())} == pytest.approx(measured, rel=1e-3)
 
 
 def test_bench_json_path_fails_before_the_run_and_the_file_is_valid(tmp_path):

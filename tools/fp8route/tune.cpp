@@ -114,12 +114,13 @@ int run_tune(const TuneOptions& opt) {
         // --screen: a quick round first; configs far behind are not measured further (their quick
         // times go into the "done" line and, as measurements, into the table).
         nlohmann::json screened_out = nlohmann::json::array();
+        std::vector<MeasurementRecord> problem;  // this problem's records for the table
         if (opt.screen_pct > 0) {
           const bench::Screen sc = bench::screen_gemms(ops, choices, mo, opt.screen_pct);
           for (size_t i = 0; i < sc.dropped.size(); ++i) {
             screened_out.push_back({sc.dropped[i].first, sc.dropped[i].second, sc.dropped_us[i]});
-            st.records.push_back({p.scale, p.out, p.n, p.k, p.m, sc.dropped[i].first, sc.dropped[i].second,
-                                  sc.dropped_us[i]});
+            problem.push_back({p.scale, p.out, p.n, p.k, p.m, sc.dropped[i].first, sc.dropped[i].second,
+                               sc.dropped_us[i]});
           }
           choices = sc.kept;
         }
@@ -129,7 +130,7 @@ int run_tune(const TuneOptions& opt) {
         // --final: a near-tie (configs within final_pct% of the best) timed once more, only those
         // side by side and with more graph instances: the mix a bench of the routed call runs in,
         // and less noise where the choice is close (bench/results/2026-11-30-routed-v3-h200).
-        nlohmann::json final_round = nlohmann::json::array();
+        std::vector<std::pair<std::string, std::string>> final_round;
         if (opt.final_pct > 0 && opt.final_instances > mo.instances) {
           std::vector<double> us;
           std::vector<bool> failed;
@@ -146,10 +147,8 @@ int run_tune(const TuneOptions& opt) {
           const std::vector<bench::Measurement> ms2 = again.empty() ? std::vector<bench::Measurement>{}
                                                                     : bench::measure_gemms(ops, again, mf);
           for (size_t j = 0; j < near.size(); ++j)
-            if (ms2[j].error.empty()) ms[near[j]] = ms2[j], final_round.push_back({again[j].first, again[j].second});
+            if (ms2[j].error.empty()) ms[near[j]] = ms2[j], final_round.push_back(again[j]);
         }
-        double best = 0;
-        std::string best_name;
         int timed = 0;
         for (size_t i = 0; i < choices.size(); ++i) {
           const auto& [b, c] = choices[i];
@@ -163,10 +162,17 @@ int run_tune(const TuneOptions& opt) {
                                 {"m", p.m}, {"backend", b}, {"config", c}, {"us", r.median_us},
                                 {"min_us", r.min_us}, {"max_us", r.max_us}}.dump()
               << "\n";
-          st.records.push_back({p.scale, p.out, p.n, p.k, p.m, b, c, r.median_us});
+          problem.push_back({p.scale, p.out, p.n, p.k, p.m, b, c, r.median_us});
           ++timed;
-          if (best_name.empty() || r.median_us < best) best = r.median_us, best_name = b + "/" + c;
         }
+        // The raw file keeps what was measured; the table ranks the final round's times first, as
+        // read_tune_raw does (route.h).
+        settle_final_round(problem, final_round, opt.final_pct);
+        double best = 0;
+        std::string best_name;
+        for (const MeasurementRecord& r : problem)
+          if (best_name.empty() || r.us < best) best = r.us, best_name = r.backend + "/" + r.config;
+        st.records.insert(st.records.end(), problem.begin(), problem.end());
         nlohmann::json done_line{{"done", true}, {"scale", scale_name(p.scale)}, {"out", out_name(p.out)}, {"n", p.n},
                                  {"k", p.k}, {"m", p.m}};
         if (opt.screen_pct > 0) done_line["screen_pct"] = opt.screen_pct, done_line["screened_out"] = screened_out;
