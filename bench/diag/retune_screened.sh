@@ -9,7 +9,7 @@
 # two speeds per graph instance, and they win at these M), then RETUNE_M_LARGE (default
 # 512,1024,4096) with one instance; both into one raw file, so the second run's table holds both.
 # tune's defaults apply otherwise (--screen 25, --final 5 with 4 instances since 06750a4). The M the
-# table has not measured yet (the catalog's other M up to 3072, and 2, 8 from the oldest run only):
+# table lacked until the eighth session (the catalog's other M up to 3072; bench/results/2026-11-30-routed-v4-h200):
 #   RETUNE_M_SMALL=2,8,24,48,96,192 RETUNE_M_LARGE=384,768,1536,2048,3072 bench/diag/retune_screened.sh ...
 # Afterwards, here: bench/routing_records.py with the raw files first (README of
 # bench/results/2026-11-30-tune-h200 has the --older chain), FP8ROUTE_WRITE_TABLE=1 test_route,
