@@ -51,7 +51,7 @@ def band(m):
     return "decode" if m <= 16 else "middle" if m <= 512 else "prefill"
 
 
-def report(name, probs):
+def report(name, probs, band=band, bands=("decode", "middle", "prefill")):
     ratios, n, over, worst = collections.defaultdict(list), collections.Counter(), collections.Counter(), {}
     for (model, layer, tp, scale, m), d in sorted(probs.items()):
         best = min(v for b, v in d.items() if b != "routed")
@@ -65,7 +65,7 @@ def report(name, probs):
           f"worst {({k: round(v, 3) for k, v in worst.items()})}")
     for scale in ("row", "block", "tensor"):
         cells = []
-        for b in ("decode", "middle", "prefill"):
+        for b in bands:
             v = ratios[(scale, b)]
             if v:
                 cells.append(f"{b} {math.exp(sum(map(math.log, v)) / len(v)):.3f}x ({len(v)})")

@@ -88,6 +88,16 @@ def cross_gpu(paths_a, paths_b):
           f"{miss_bench} of the {ev} it timed")
 
 
+def shipped(tmp, tp):
+    """Set 2 at one TP degree, from bench_shipped and bench_tp1_m32up extracted into tmp."""
+    probs = {}
+    from_json(f"{tmp}/bench_shipped/json/*_tp{tp}*.json", probs)
+    if tp == 1:
+        for model in ("llama-3.1-70b", "qwen2.5-72b", "llama-3.1-405b"):
+            from_json(f"{tmp}/bench_tp1_m32up/json/{model}_tp1.json", probs)
+    return probs
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("bench_tp8_m32up", "bench_tp1_m32up", "bench_shipped"):
@@ -99,11 +109,7 @@ def main():
             report(f"1. tune's table, same machine, TP {tp}", probs)
             misses(probs)
         for tp in (8, 1):
-            probs = {}
-            from_json(f"{tmp}/bench_shipped/json/*_tp{tp}*.json", probs)
-            if tp == 1:
-                for model in ("llama-3.1-70b", "qwen2.5-72b", "llama-3.1-405b"):
-                    from_json(f"{tmp}/bench_tp1_m32up/json/{model}_tp1.json", probs)
+            probs = shipped(tmp, tp)
             report(f"2. shipped table, TP {tp}", probs)
             misses(probs)
         same_kernel(glob.glob(f"{tmp}/*/json/*.json"))

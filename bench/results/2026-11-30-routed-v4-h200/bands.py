@@ -23,7 +23,7 @@ GPU the fill-in tune ran on). Run from the repository root:
 6. The bug: in the fill-in tune's raw files, problems whose fastest recorded time belongs to a config
    the final round did not time again, and the bench's verdict on those problems.
 """
-import collections, glob, importlib.util, json, math, os, tarfile, tempfile
+import collections, glob, importlib.util, json, os, sys, tarfile, tempfile
 
 HERE = "bench/results/2026-11-30-routed-v4-h200"
 V3 = "bench/results/2026-11-30-routed-v3-h200"
@@ -32,6 +32,7 @@ spec = importlib.util.spec_from_file_location("bands_v3", f"{V3}/bands.py")
 v3 = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(v3)
 from_json = v3.from_json
+v2 = sys.modules[v3.report.__module__]  # routed-v2's bands module, which v3 loaded
 
 
 def band(m):
@@ -39,22 +40,9 @@ def band(m):
 
 
 def report(name, probs):
-    ratios, n, over, worst = collections.defaultdict(list), collections.Counter(), collections.Counter(), {}
-    for (model, layer, tp, scale, m), d in sorted(probs.items()):
-        best = min(v for b, v in d.items() if b != "routed")
-        b = band(m)
-        n[b] += 1
-        over[b] += d["routed"] > 1.03 * best
-        worst[b] = max(worst.get(b, 0), d["routed"] / best)
-        if "cublaslt" in d:
-            ratios[(scale, b)].append(d["cublaslt"] / d["routed"])
-    total = sum(n.values())
-    print(f"{name}: {total} problems {dict(n)}; routed > 3% slower than the best single backend: "
-          f"{sum(over.values())} {dict(over)}; worst {({k: round(v, 3) for k, v in worst.items()})}")
-    for scale in ("row", "block", "tensor"):
-        cells = [f"{b} {math.exp(sum(map(math.log, v)) / len(v)):.3f}x ({len(v)})"
-                 for b in ("decode", "middle", "prefill", "other") if (v := ratios[(scale, b)])]
-        print(f"  routed over cuBLASLt alone, {scale}: " + " | ".join(cells))
+    v2.report(name, probs, band=band, bands=("decode", "middle", "prefill", "other"))
+    over = sum(d["routed"] > 1.03 * min(v for b, v in d.items() if b != "routed") for d in probs.values())
+    print(f"  in all: {over} of {len(probs)} problems over 3%")
 
 
 def main():
@@ -73,11 +61,7 @@ def main():
             v3.misses(probs)
             fill[tp] = probs
         for tp in (8, 1):
-            probs = {}
-            from_json(f"{tmp}/bench_shipped/json/*_tp{tp}*.json", probs)
-            if tp == 1:
-                for model in ("llama-3.1-70b", "qwen2.5-72b", "llama-3.1-405b"):
-                    from_json(f"{tmp}/bench_tp1_m32up/json/{model}_tp1.json", probs)
+            probs = v3.shipped(tmp, tp)
             probs.update(fill[tp])
             report(f"2. every catalog M <= 4096, TP {tp}", probs)
         probs = {}
