@@ -106,3 +106,27 @@ def test_bench_json_path_fails_before_the_run_and_the_file_is_valid(tmp_path):
     assert {r["layer"] for r in records} == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
     assert sum(r["routed"] for r in records) == 4 * 2
     assert not os.path.exists(str(out) + ".partial")
+
+
+def test_tune_writes_a_resumable_raw_file_and_a_table(tmp_path):
+    if not has_gpu():
+        pytest.skip("no CUDA device (tune needs one)")
+    table, raw = tmp_path / "t.json", tmp_path / "t.raw.jsonl"
+    args = ("tune", "--model", "llama-3.1-8b", "--tp", "8", "--m", "16", "--scale", "row", "--reps", "5", "-o", str(table))
+    r = run(*args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [json.loads(line) for line in raw.read_text().splitlines()]
+    done = [line for line in lines if line.get("done")]
+    assert len(done) == 4  # qkv_proj, o_proj, gate_up_proj, down_proj
+    for d in done:
+        assert len(d.get("final_full_us", [])) == len(d.get("final", []))
+    # The table is the raw file's, as tune --build-only reads it (settle_final_round included).
+    rebuilt = tmp_path / "b.json"
+    b = run("tune", "--build-only", "--raw", str(raw), "-o", str(rebuilt))
+    assert b.returncode == 0, b.stdout + b.stderr
+    assert json.loads(table.read_text())["entries"] == json.loads(rebuilt.read_text())["entries"]
+    # Run again: every problem resumes, nothing is measured.
+    again = run(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resuming: 4 problems already done" in again.stdout, again.stdout
+    assert len(raw.read_text().splitlines()) == len(lines)

@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
   add_screen_option(tune_cmd, tune.screen_pct, "");
   tune_cmd->add_option("--final", tune.final_pct,
                        "time the configs within this % of the best once more, side by side, with --final-instances "
-                       "graph instances; their times in the table come from that round (0: off)")
+                       "graph instances; their times in the table come from that round, and the configs not timed "
+                       "again rank at least this % behind its fastest (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 100));
   tune_cmd->add_option("--final-instances", tune.final_instances,

@@ -13,8 +13,9 @@
 // table's measurements too (read_tune_raw does the same on resume): they never win a breakpoint
 // (PCT% behind in their round), but nearest-shape and between-M routing rank every config of a
 // problem, and a config missing at one M would drop out of those rankings. With --final (a near-tie
-// timed again) the "done" line has "final_pct", "final_instances" and "final": [[backend, config],
-// ...], the configs whose measurement lines hold that round's times.
+// timed again) the "done" line has "final_pct", "final_instances", "final": [[backend, config],
+// ...], the configs whose measurement lines hold that round's times, and "final_full_us": their
+// full-round times, in the same order (how far the rounds' times moved; not read back).
 
 #include <algorithm>
 #include <chrono>
@@ -131,6 +132,7 @@ int run_tune(const TuneOptions& opt) {
         // side by side and with more graph instances: the mix a bench of the routed call runs in,
         // and less noise where the choice is close (bench/results/2026-11-30-routed-v3-h200).
         std::vector<std::pair<std::string, std::string>> final_round;
+        std::vector<double> full_round_us;  // the final round's configs, their full-round times
         if (opt.final_pct > 0 && opt.final_instances > mo.instances) {
           std::vector<double> us;
           std::vector<bool> failed;
@@ -147,7 +149,10 @@ int run_tune(const TuneOptions& opt) {
           const std::vector<bench::Measurement> ms2 = again.empty() ? std::vector<bench::Measurement>{}
                                                                     : bench::measure_gemms(ops, again, mf);
           for (size_t j = 0; j < near.size(); ++j)
-            if (ms2[j].error.empty()) ms[near[j]] = ms2[j], final_round.push_back(again[j]);
+            if (ms2[j].error.empty()) {
+              full_round_us.push_back(ms[near[j]].median_us);
+              ms[near[j]] = ms2[j], final_round.push_back(again[j]);
+            }
         }
         int timed = 0;
         for (size_t i = 0; i < choices.size(); ++i) {
@@ -180,6 +185,7 @@ int run_tune(const TuneOptions& opt) {
           done_line["final_pct"] = opt.final_pct;
           done_line["final_instances"] = opt.final_instances;
           done_line["final"] = final_round;
+          done_line["final_full_us"] = full_round_us;
         }
         out << done_line.dump() << "\n";
         out.flush();
