@@ -41,6 +41,14 @@ void flush_l2(cudaStream_t stream) {
   FP8ROUTE_CUDA_CHECK(cudaGetLastError());
 }
 
+// The fastest time among the choices that did not fail (INFINITY when all failed).
+double fastest_ok(const std::vector<double>& us, const std::vector<bool>& failed) {
+  double best = INFINITY;
+  for (size_t i = 0; i < us.size(); ++i)
+    if (!failed[i]) best = std::min(best, us[i]);
+  return best;
+}
+
 }  // namespace
 
 int rotation_sets(int64_t bytes_per_call, const MeasureOptions& opt) {
@@ -175,13 +183,11 @@ std::vector<bool> screen_keep(const std::vector<std::string>& backends, const st
   const size_t n = backends.size();
   FP8ROUTE_CHECK(us.size() == n && failed.size() == n, "screen_keep: " << n << " backends, " << us.size()
                                                                        << " times, " << failed.size() << " flags");
-  double best = INFINITY;
+  const double best = fastest_ok(us, failed);
   std::map<std::string, size_t> fastest;  // backend -> index of its fastest choice
-  for (size_t i = 0; i < n; ++i) {
-    if (failed[i]) continue;
-    best = std::min(best, us[i]);
-    if (!backends[i].empty() && (!fastest.count(backends[i]) || us[i] < us[fastest[backends[i]]])) fastest[backends[i]] = i;
-  }
+  for (size_t i = 0; i < n; ++i)
+    if (!failed[i] && !backends[i].empty() && (!fastest.count(backends[i]) || us[i] < us[fastest[backends[i]]]))
+      fastest[backends[i]] = i;
   std::vector<bool> keep(n);
   for (size_t i = 0; i < n; ++i)
     keep[i] = backends[i].empty() || failed[i] || us[i] <= best * (1 + pct / 100) || fastest.at(backends[i]) == i;
@@ -190,9 +196,7 @@ std::vector<bool> screen_keep(const std::vector<std::string>& backends, const st
 
 std::vector<size_t> final_round(const std::vector<double>& us, const std::vector<bool>& failed, double pct) {
   FP8ROUTE_CHECK(us.size() == failed.size(), "final_round: " << us.size() << " times, " << failed.size() << " flags");
-  double best = INFINITY;
-  for (size_t i = 0; i < us.size(); ++i)
-    if (!failed[i]) best = std::min(best, us[i]);
+  const double best = fastest_ok(us, failed);
   std::vector<size_t> out;
   for (size_t i = 0; i < us.size(); ++i)
     if (!failed[i] && us[i] <= best * (1 + pct / 100)) out.push_back(i);

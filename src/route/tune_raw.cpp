@@ -15,14 +15,15 @@ namespace fp8route {
 
 void settle_final_round(std::vector<MeasurementRecord>& problem,
                         const std::vector<std::pair<std::string, std::string>>& final_round, double pct) {
+  const auto timed_again = [&](const MeasurementRecord& r) {
+    return std::find(final_round.begin(), final_round.end(), std::pair(r.backend, r.config)) != final_round.end();
+  };
   double fastest = INFINITY;
   for (const MeasurementRecord& r : problem)
-    if (std::find(final_round.begin(), final_round.end(), std::pair(r.backend, r.config)) != final_round.end())
-      fastest = std::min(fastest, r.us);
+    if (timed_again(r)) fastest = std::min(fastest, r.us);
   if (!std::isfinite(fastest)) return;
   for (MeasurementRecord& r : problem)
-    if (std::find(final_round.begin(), final_round.end(), std::pair(r.backend, r.config)) == final_round.end())
-      r.us = std::max(r.us, fastest * (1 + pct / 100));
+    if (!timed_again(r)) r.us = std::max(r.us, fastest * (1 + pct / 100));
 }
 
 TuneRawFile read_tune_raw(const std::string& path) {
