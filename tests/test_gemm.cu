@@ -18,6 +18,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -547,6 +548,36 @@ TEST(GemmBackends, FirstCallOnAStreamUnderCapture) {
         ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
       }
   }
+}
+
+// gemm_describe names the algorithm behind each cuBLASLt rank: every supported rank gets the full
+// attribute list, distinct ranks name distinct algorithms (a rank that repeated another would be a
+// config timed twice), the answer does not change within a process, and no other backend (their
+// config names already say what runs) nor an unsupported rank describes anything.
+TEST(GemmBackends, DescribeNamesCuBlasLtAlgorithms) {
+  FP8ROUTE_REQUIRE_SM90();
+  const std::regex form(
+      "algo=\\d+ tile=\\d+ stages=\\d+ splitk=\\d+ reduction=\\d+ swizzle=\\d+ custom=\\d+ inner=\\d+ cluster=\\d+");
+  int described = 0;
+  for (ScaleKind kind : kKinds)
+    for (int64_t m : {1, 96, 2048}) {
+      const GemmProblem p = make_problem(m, 57344 / 8, 8192, kind, DType::bf16, false);
+      std::set<std::string> seen;
+      for (const std::string& b : gemm_backends())
+        for (const std::string& c : gemm_configs(b)) {
+          const std::string what = gemm_describe(b, c, p);
+          if (b != "cublaslt" || !gemm_supports(b, c, p).empty()) {
+            EXPECT_EQ(what, "") << b << "/" << c << " " << to_string(p);
+            continue;
+          }
+          EXPECT_TRUE(std::regex_match(what, form)) << c << " " << to_string(p) << ": '" << what << "'";
+          EXPECT_TRUE(seen.insert(what).second) << c << " repeats another rank's algorithm: " << what << " "
+                                                << to_string(p);
+          EXPECT_EQ(gemm_describe(b, c, p), what) << c << " " << to_string(p);
+          ++described;
+        }
+    }
+  EXPECT_GT(described, 0) << "cuBLASLt ran none of the problems";
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench/measure.h"
+#include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 
@@ -186,6 +187,18 @@ TEST(GemmArgs, UnknownBackendsAndConfigsAreListed) {
     EXPECT_NE(std::string(e.what()).find("config: backend reference has no config 'tiles_of_9'"),
               std::string::npos) << e.what();
   }
+}
+
+// gemm_describe: only a rank-named config (cuBLASLt's heuristicN) has anything to add, and only
+// with a GPU to ask; without one it is "" for every config (with one: test_gemm's
+// GemmBackends.DescribeNamesCuBlasLtAlgorithms). Unknown names are errors, as for gemm_supports.
+TEST(GemmArgs, DescribeIsEmptyUnlessARankNeedsNaming) {
+  const GemmProblem p = make_problem(64, 4096, 1792, ScaleKind::row);
+  for (const std::string& b : gemm_backends())
+    for (const std::string& c : gemm_configs(b))
+      if (b != "cublaslt" || cuda_device_count() == 0) EXPECT_EQ(gemm_describe(b, c, p), "") << b << "/" << c;
+  EXPECT_THROW(gemm_describe("cublas", "heuristic", p), Error);
+  EXPECT_THROW(gemm_describe("cublaslt", "heuristic9", p), Error);
 }
 
 TEST(GemmArgs, EveryValidProblemHasABackend) {

@@ -43,6 +43,9 @@ class GemmBackend {
   // Rows of a (tokens, M) one tile of the config covers, when its time steps with ceil(M / tile)
   // (a CUTLASS tile: tile_m, or tile_n for swap-AB); 0 when it does not say.
   virtual int m_tile(int /*config*/) const { return 0; }
+  // What config runs for p on this GPU, in words, when its name does not say it all (cuBLASLt's
+  // "heuristicN" is a rank in a list the library computes); "" otherwise.
+  virtual std::string describe(const GemmProblem& /*p*/, int /*config*/) const { return ""; }
 };
 
 // The names of a backend's config table, in its order: config_name(entry) for each entry.

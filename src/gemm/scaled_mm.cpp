@@ -260,6 +260,11 @@ std::string gemm_supports(std::string_view backend, std::string_view config, con
   return b.supports(p, gemm::find_config(b, config));
 }
 
+std::string gemm_describe(std::string_view backend, std::string_view config, const GemmProblem& p) {
+  const gemm::GemmBackend& b = gemm::find_backend(backend);
+  return b.describe(p, gemm::find_config(b, config));
+}
+
 namespace gemm {
 
 const std::vector<const GemmBackend*>& all_backends() {

@@ -423,14 +423,20 @@ std::string Router::explain(const GemmProblem& p) const {
     const std::vector<const Measured*> ranked = ranked_at(*e, m);
     os << "measured candidates for " << entry_name(*e) << " at m=" << m << " (nearest measured M):\n";
     for (size_t i = 0; i < ranked.size(); ++i) {
-      std::string why;
+      std::string why, what;
       try {
         why = supports_(ranked[i]->backend, ranked[i]->config, p);
       } catch (const Error& err) {
         why = err.what();
       }
+      // What a rank-named config (cuBLASLt's heuristicN) runs here, on this GPU's library.
+      if (why.empty()) try {
+          what = gemm_describe(ranked[i]->backend, ranked[i]->config, p);
+        } catch (const Error& err) {  // a name this build lacks (a table of another build) says nothing
+          if (err.category() != ErrorCategory::invalid_argument) what = std::string("not described: ") + err.what();
+        }
       os << ranked_line(i, ranked[i]->us, ranked[0]->us, ranked[i]->backend, ranked[i]->config)
-         << (why.empty() ? "" : "  skipped: " + why) << "\n";
+         << (why.empty() ? "" : "  skipped: " + why) << (what.empty() ? "" : "  [" + what + "]") << "\n";
     }
   }
   return os.str();

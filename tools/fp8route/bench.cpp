@@ -272,6 +272,7 @@ int run_bench(const BenchOptions& opt) {
                              {"backend", t.backend}, {"config", t.config}, {"us", t.us},
                              {"tflops", bench::tflops(p, t.us)}, {"weight_gbps", bench::weight_gbps(p, t.us)},
                              {"routed", routed}});
+          if (std::string what = gemm_describe(t.backend, t.config, p); !what.empty()) records.back()["algo"] = what;
         };
         record(r.routed, true);
         for (const auto& [b, t] : r.alone) record(t, false);

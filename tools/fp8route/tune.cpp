@@ -5,7 +5,8 @@
 // from them, stamped with this machine.
 //
 // Raw file: JSON lines. A measurement: {"scale","out","n","k","m","backend","config","us","min_us",
-// "max_us"}; after a problem's last measurement, {"done": true, "scale","out","n","k","m"}. On resume,
+// "max_us"}, plus "algo" for a cuBLASLt config (gemm_describe: the algorithm its rank named in this
+// run; not read back); after a problem's last measurement, {"done": true, "scale","out","n","k","m"}. On resume,
 // problems with a "done" line are skipped; measurements of an unfinished problem are dropped and it
 // is measured again; a torn last line (the run was killed mid-write) is ignored. With --screen the
 // "done" line also has "screen_pct" and "screened_out": [[backend, config, quick median us], ...],
@@ -163,10 +164,11 @@ int run_tune(const TuneOptions& opt) {
             ++failures;
             continue;
           }
-          out << nlohmann::json{{"scale", scale_name(p.scale)}, {"out", out_name(p.out)}, {"n", p.n}, {"k", p.k},
-                                {"m", p.m}, {"backend", b}, {"config", c}, {"us", r.median_us},
-                                {"min_us", r.min_us}, {"max_us", r.max_us}}.dump()
-              << "\n";
+          nlohmann::json line{{"scale", scale_name(p.scale)}, {"out", out_name(p.out)}, {"n", p.n}, {"k", p.k},
+                              {"m", p.m}, {"backend", b}, {"config", c}, {"us", r.median_us},
+                              {"min_us", r.min_us}, {"max_us", r.max_us}};
+          if (std::string what = gemm_describe(b, c, p); !what.empty()) line["algo"] = what;
+          out << line.dump() << "\n";
           problem.push_back({p.scale, p.out, p.n, p.k, p.m, b, c, r.median_us});
           ++timed;
         }

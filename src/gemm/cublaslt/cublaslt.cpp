@@ -250,6 +250,35 @@ Plan* plan_locked(State& st, int device, cublasLtHandle_t handle, const GemmProb
   return it->second.get();
 }
 
+// The Plan of p with packed operands (lda = ldb = K, ldo = N), made once and cached: what
+// supports() and describe() ask about. A host-side query, safe under capture. cuBLASLt rejects null
+// scale pointers with OUTER_VEC (INVALID_VALUE) but never dereferences them in the heuristic: a
+// stand-in 256-byte aligned address serves.
+const Plan* packed_plan(const GemmProblem& p) {
+  int device = 0;
+  FP8ROUTE_CUDA_CHECK(cudaGetDevice(&device));
+  static const float* const kStandIn = reinterpret_cast<const float*>(uintptr_t{256});
+  GemmOperands packed;
+  packed.lda = p.k, packed.ldb = p.k, packed.ldo = p.n;
+  packed.sa = packed.sb = kStandIn;
+  packed.bias = p.bias ? kStandIn : nullptr;
+  State& st = state();
+  const std::lock_guard lock(st.mu);
+  return plan_locked(st, device, handle_locked(st, device), p, packed);
+}
+
+// One attribute of an algorithm's config, whatever its width (int32, uint32 or uint16: the header's
+// comments); the query's size must match the attribute's exactly, so it is asked first.
+int64_t algo_attribute(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  size_t size = 0;
+  FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &size));
+  int64_t v = 0;  // little-endian: the low bytes hold the value; int32 IDs and counts are >= 0
+  FP8ROUTE_CHECK_CAT(size > 0 && size <= sizeof(v), ErrorCategory::cuda_error,
+                     "cuBLASLt algo attribute " << static_cast<int>(attr) << " has " << size << " bytes");
+  FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, size, &size));
+  return v;
+}
+
 // ---- the backend ---------------------------------------------------------------------------------
 
 class CublasLtBackend final : public GemmBackend {
@@ -293,27 +322,30 @@ class CublasLtBackend final : public GemmBackend {
     if (!device_info(0).is_sm90())
       return "cuBLASLt backend needs SM 9.0 (Hopper); device 0 is SM " +
              std::to_string(device_info(0).sm_major) + "." + std::to_string(device_info(0).sm_minor);
-    // Whether the heuristic has an algorithm (the router must know before it commits): asked once
-    // per problem, for packed operands, and cached; a host-side query, safe under capture.
-    int device = 0;
-    FP8ROUTE_CUDA_CHECK(cudaGetDevice(&device));
-    // cuBLASLt rejects null scale pointers with OUTER_VEC (INVALID_VALUE) but never dereferences
-    // them in the heuristic: a stand-in 256-byte aligned address serves.
-    static const float* const kStandIn = reinterpret_cast<const float*>(uintptr_t{256});
-    GemmOperands packed;
-    packed.lda = p.k, packed.ldb = p.k, packed.ldo = p.n;
-    packed.sa = packed.sb = kStandIn;
-    packed.bias = p.bias ? kStandIn : nullptr;
-    size_t algos = 0;
-    {
-      State& st = state();
-      const std::lock_guard lock(st.mu);
-      algos = plan_locked(st, device, handle_locked(st, device), p, packed)->algos.size();
-    }
+    // Whether the heuristic has an algorithm (the router must know before it commits).
+    const size_t algos = packed_plan(p)->algos.size();
     if (config >= static_cast<int>(algos))
       return "cuBLASLt's heuristic offers " + std::to_string(algos) + " algorithm(s) for this problem" +
              (algos ? ", not a " + std::to_string(config + 1) + "th" : "");
     return "";
+  }
+
+  // The algorithm behind "heuristicN" for p, by its attributes (cuBLAS docs,
+  // cublasLtMatmulAlgoConfigAttributes_t; the enums' numbers): the heuristic's ranking can change with
+  // the cuBLASLt version, so a table's config names the rank and this names what ran. "" without an
+  // SM 9.0 GPU or when the rank has no algorithm.
+  std::string describe(const GemmProblem& p, int config) const override {
+    if (!supports(p, config).empty() || cuda_device_count() == 0) return "";
+    const cublasLtMatmulAlgo_t& algo = packed_plan(p)->algos[config];
+    std::string s;
+    for (const auto& [attr, label] :
+         {std::pair{CUBLASLT_ALGO_CONFIG_ID, "algo"}, {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
+          {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"}, {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
+          {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, "reduction"}, {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
+          {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"}, {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
+          {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}})
+      s += (s.empty() ? "" : " ") + std::string(label) + "=" + std::to_string(algo_attribute(algo, attr));
+    return s;
   }
 
   void run(const GemmProblem& p, const GemmOperands& ops, int config, cudaStream_t stream) const override {
