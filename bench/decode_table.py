@@ -4,8 +4,9 @@ skinny against the best of cuBLASLt and CUTLASS, skinny against the weight-read 
 whose weight is >= 32 MB, our best against cuBLASLt, and the single config closest to the
 per-shape best in each M band (the default rule's candidates).
 
-  python3 bench/decode_table.py decode_tp12.json decode_tp48.json decode_tb.json
+  python3 bench/decode_table.py decode_tp12.json decode_tp48.json decode_tb.json   (or .json.gz)
 """
+import gzip
 import json
 import math
 import sys
@@ -16,7 +17,7 @@ def gm(v):
     return math.exp(sum(map(math.log, v)) / len(v)) if v else float("nan")
 
 
-rows = [r for path in sys.argv[1:] for r in json.load(open(path))]
+rows = [r for path in sys.argv[1:] for r in json.load((gzip.open if path.endswith(".gz") else open)(path, "rt"))]
 best = defaultdict(dict)       # (scale, n, k, m) -> backend -> fastest record
 by_config = defaultdict(dict)  # (scale, n, k, m) -> (backend, config) -> us
 for r in rows:

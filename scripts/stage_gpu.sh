@@ -2,7 +2,7 @@
 # Copies built binaries of build/release into build/gpu, small enough to carry to the GPU machine
 # (the whole build tree, CUTLASS objects included, is not; the carry limit is 64 MiB with the tree).
 # FP8ROUTE_STAGE picks what (default "tools tests python"):
-#   tools    fp8route, gemm_bench, quant_bench
+#   tools    fp8route, gemm_bench, quant_bench (FP8ROUTE_STAGE_TOOLS="fp8route" picks some)
 #   tests    the GoogleTest binaries (FP8ROUTE_STAGE_TESTS="test_gemm test_linear" picks some)
 #   python   the Python package's native module and a tvm-ffi wheel for the GPU machine's Python 3.12
 #            (it has no registry; run_tests_direct.sh installs the wheel into build/gpu/pylib there)
@@ -23,7 +23,7 @@ if [ -f "$src/libfp8route.so" ]; then cp "$src/libfp8route.so" "$dst/"; strip "$
 for part in $what; do
   case "$part" in
     tools)
-      for b in fp8route gemm_bench quant_bench; do cp "$src/$b" "$dst/"; strip "$dst/$b"; done ;;
+      for b in ${FP8ROUTE_STAGE_TOOLS:-fp8route gemm_bench quant_bench}; do cp "$src/$b" "$dst/"; strip "$dst/$b"; done ;;
     tests)
       for t in ${FP8ROUTE_STAGE_TESTS:-$(cd "$src/tests" && ls test_* | grep -v '\.xml$')}; do
         cp "$src/tests/$t" "$dst/tests/"; strip "$dst/tests/$t"
@@ -44,3 +44,9 @@ for part in $what; do
   esac
 done
 du -sh "$dst"
+# What a call carrying build/gpu sends: the working tree (tracked and untracked files git does not
+# ignore) plus build/gpu, against the device tool's 64 MiB limit.
+tree=$(cd "$root" && git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+staged=$(du -sb "$dst" | cut -f1)
+echo "stage_gpu: carry = tree $((tree >> 20)) MiB + build/gpu $((staged >> 20)) MiB = $(((tree + staged) >> 20)) MiB (limit 64)"
+[ $((tree + staged)) -lt $((64 << 20)) ] || echo "stage_gpu: over the carry limit: stage less (FP8ROUTE_STAGE, FP8ROUTE_STAGE_TESTS), or carry build/gpu/python in a later call of the same warm machine" >&2
