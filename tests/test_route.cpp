@@ -489,6 +489,35 @@ TEST(Route, HeuristicNOnlyAtItsMeasuredM) {
 
 // Acceptance: explain names the source and why candidates were skipped. align = 8 rules out every
 // fast backend (they need 16-byte TMA / cuBLASLt FP8 alignment), whatever the machine.
+// explain() flags a choice whose runner-up was measured within 3% at that very M (such rankings
+// move between two GPUs of one model), and only then: not for a clear winner, not at an M the
+// entry did not measure.
+TEST(Route, ExplainFlagsNearTies) {
+  const Router router(build_routing_table(h200_records(), h200_stamp()), measured_on_h200());
+  int near = 0, clear = 0;
+  for (const auto& [pt, times] : points_of(h200_records())) {
+    const auto [scale, out, pn, pk, pm] = pt;
+    std::vector<double> us;
+    for (const auto& [bc, t] : times) us.push_back(t);
+    if (us.size() < 2) continue;
+    std::sort(us.begin(), us.end());
+    const double gap = us[1] / us[0];
+    const bool is_near = gap < 1.01, is_clear = gap > 1.10;
+    if ((!is_near || near >= 20) && (!is_clear || clear >= 20)) continue;
+    const GemmProblem p = make_problem(pm, pn, pk, scale, out);
+    const std::string text = router.explain(p);
+    EXPECT_EQ(text.find("near-tie: ") != std::string::npos, is_near) << gap << "\n" << text;
+    (is_near ? near : clear) += 1;
+    if (is_near && pm > 1) {  // an M below this one that no entry measured: the estimate, no flag
+      const std::string between = router.explain(make_problem(pm - 1, pn, pk, scale, out));
+      if (between.find("estimated at m=") != std::string::npos)
+        EXPECT_EQ(between.find("near-tie: "), std::string::npos) << between;
+    }
+  }
+  EXPECT_EQ(near, 20);
+  EXPECT_EQ(clear, 20);
+}
+
 TEST(Route, ExplainShowsSourceAndSkips) {
   const Router r = Router::from_file(source_dir() + "/routes/h200.json");
   ASSERT_EQ(r.load_error(), "");

@@ -22,6 +22,8 @@ namespace {
 
 // How many nearest entries a shape missing from the table is routed by (blend_nearest).
 constexpr size_t kBlendEntries = 5;
+// explain() calls a runner-up measured within this ratio of the choice a near-tie.
+constexpr double kNearTie = 1.03;
 
 double log_distance(const TableEntry& e, const GemmProblem& p) {
   return std::abs(std::log(double(e.n)) - std::log(double(p.n))) +
@@ -422,6 +424,7 @@ std::string Router::explain(const GemmProblem& p) const {
     const int64_t m = nearest_measured_m(*e, p.m);
     const std::vector<const Measured*> ranked = ranked_at(*e, m);
     os << "measured candidates for " << entry_name(*e) << " at m=" << m << " (nearest measured M):\n";
+    std::vector<const Measured*> runnable;  // the ranked candidates not skipped, best first
     for (size_t i = 0; i < ranked.size(); ++i) {
       std::string why, what;
       try {
@@ -437,6 +440,19 @@ std::string Router::explain(const GemmProblem& p) const {
         }
       os << ranked_line(i, ranked[i]->us, ranked[0]->us, ranked[i]->backend, ranked[i]->config)
          << (why.empty() ? "" : "  skipped: " + why) << (what.empty() ? "" : "  [" + what + "]") << "\n";
+      if (why.empty()) runnable.push_back(ranked[i]);
+    }
+    // A choice measured at this very M that the runner-up nearly ties: say so, since such rankings
+    // move between two GPUs of one model (bench/results/2026-11-30-routed-v5-h200: of 20 choices
+    // 3-9% behind on one H200, 19 were within 3% on another).
+    if (source == Route::Source::exact && m == p.m && runnable.size() > 1 &&
+        runnable[0]->backend == r.backend && runnable[0]->config == r.config &&
+        runnable[1]->us <= kNearTie * runnable[0]->us) {
+      char pct[16];
+      std::snprintf(pct, sizeof pct, "%.1f%%", 100 * (runnable[1]->us / runnable[0]->us - 1));
+      os << "near-tie: " << runnable[1]->backend << "/" << runnable[1]->config << " measured within " << pct
+         << " of the choice; rankings this close can differ between two GPUs of the same model, and "
+            "`fp8route tune` on this GPU settles them\n";
     }
   }
   return os.str();
