@@ -89,10 +89,11 @@ std::vector<std::string> gemm_configs(std::string_view backend);
 // Why `backend`/`config` cannot run `p` on device 0, or "" when it can.
 std::string gemm_supports(std::string_view backend, std::string_view config, const GemmProblem& p);
 // What `backend`/`config` runs for `p` on device 0, when the config's name does not say it all:
-// for cuBLASLt's "heuristicN", the N-th ranked algorithm's attributes ("algo=.. tile=.. stages=..
-// splitk=.. reduction=.. swizzle=.. custom=.. inner=.. cluster=..", cuBLASLt's enum numbers), which
-// tell whether two runs or two library versions mean the same kernel by one rank. "" for the other
-// backends, without an SM 9.0 GPU, and when the config cannot run `p`.
+// for cuBLASLt's "heuristicN", the N-th ranked algorithm for packed operands, by its attributes
+// ("algo=.. tile=.. stages=.. splitk=.. reduction=.. swizzle=.. custom=.. inner=.. cluster=..",
+// cuBLASLt's enum numbers), which tell whether two runs or two library versions mean the same
+// kernel by one rank. "" for the other backends, without an SM 9.0 GPU, and when the config cannot
+// run `p`.
 std::string gemm_describe(std::string_view backend, std::string_view config, const GemmProblem& p);
 
 struct GemmChoice {
