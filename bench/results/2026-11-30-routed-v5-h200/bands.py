@@ -15,6 +15,8 @@ from the repository root:
    (chip D) in a later call. Then, on chip B, each tuned alone with the fill-in tune's settings:
    does chip B's tune agree with chip B's bench?
 5. Whether a cuBLASLt rank names the same algorithm on two chips (chip C's explain, chip D's records).
+6. How close set 1's misses were in the table: the runner-up's measured time over the choice's at
+   that problem (what `explain` flags as a near-tie when within 3%), against all measured points.
 """
 import collections, glob, gzip, importlib.util, json, os, sys, tarfile, tempfile
 
@@ -115,6 +117,7 @@ def main():
     print(f"   chip B's tune (fill-in settings) picks chip B's most frequent bench winner on {agree} of {len(b)}")
 
     ranks_across_chips()
+    near_ties_in_table()
 
 
 def ranks_across_chips():
@@ -139,6 +142,19 @@ def ranks_across_chips():
                 if r["backend"] == "cublaslt" and key in named:
                     count["same" if named[key] == r["algo"] else "different"] += 1
     print(f"5. cuBLASLt ranks, chip D's records against chip C's explain: {dict(count)}")
+
+
+
+def near_ties_in_table():
+    times = collections.defaultdict(list)
+    for s, o, n, k, m, b, c, us in json.load(open("routes/h200-measurements.json")):
+        times[(s, n, k, m)].append(us)
+    gap = {key: sorted(v)[1] / sorted(v)[0] for key, v in times.items() if len(v) > 1}
+    misses = [(s, int(n), int(k), int(m)) for tp, n, k, s, m in
+              (line.split() for line in open(f"{HERE}/rebench/misses.txt"))] + [("tensor", 106496, 16384, 3072)]
+    print(f"6. set 1's {len(misses)} misses: runner-up within 3% in the table for "
+          f"{sum(gap[key] <= 1.03 for key in misses)} (gaps {', '.join(f'{gap[key]:.3f}' for key in sorted(misses, key=gap.get))}); "
+          f"all measured points: {sum(g <= 1.03 for g in gap.values())} of {len(gap)}")
 
 
 if __name__ == "__main__":
