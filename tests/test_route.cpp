@@ -172,10 +172,11 @@ TEST(Route, HeldOutModelGeomeanLossWithin5Percent) {
 // 85 now): the neighbour's M matched by M x (N / N')^a with a = 0, 0.5, 0.75, 1.5 (119, 98, 96,
 // 116; a = 1 is the rule); a = 1 and 0 as two votes (77); 3 or 8 neighbours instead of 5 (96, 89);
 // the worst neighbour instead of the geomean (97, 130); each neighbour's times scaled by a
-// roofline-with-tiles estimate (waves of tiles, stream-K work split, HBM bytes; 93-177). 17 of the
-// 85 are cuBLASLt heuristicN wins, which a rank cannot carry to another shape. A denser catalog (a
-// grid of measured shapes), or cuBLASLt algorithms by attributes (gemm_describe) run on new shapes,
-// are the levers left.
+// roofline-with-tiles estimate (waves of tiles, stream-K work split, HBM bytes; 93-177); each
+// neighbour's rankings at its 1 or 2 adjacent measured M as well (85, 110); neighbours weighted by
+// 1 / log-distance (86). 17 of the 85 are cuBLASLt heuristicN wins, which a rank cannot carry to
+// another shape. A denser catalog (a grid of measured shapes), or cuBLASLt algorithms by attributes
+// (gemm_describe) run on new shapes, are the levers left.
 // Disabled so CI stays green while the router issue is open; run it with
 // --gtest_also_run_disabled_tests.
 TEST(Route, DISABLED_HeldOutModelWorstPointWithin20Percent) {
