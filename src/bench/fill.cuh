@@ -1,7 +1,8 @@
 #pragma once
 // Device-side random operands for GEMM tests and benchmarks: generated where they are used (a
 // 1.7 GB weight is not worth a trip through the host), from a counter-based hash so a seed
-// repeats a run exactly.
+// repeats a run exactly. The kernels are static: each unit that includes this has its own copy
+// (the library's gemm_operands.cu and test_gemm.cu are linked into one binary).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -27,7 +28,7 @@ __device__ inline float unit_at(uint64_t seed, int64_t i) {  // uniform in [-1, 
 // Codes of a [rows, cols] matrix with row stride ld. exact: integers in [-2, 2] (sums exact in
 // fp32 even under FP8 fast accumulation); otherwise values spread over the E4M3 range (uniform
 // times a random power of two in [2^-4, 2^4], times 8).
-__global__ void fill_codes(uint8_t* p, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, bool exact) {
+static __global__ void fill_codes(uint8_t* p, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, bool exact) {
   FP8ROUTE_GRID_STRIDE(i, rows * cols) {
     float v;
     if (exact) {
@@ -41,7 +42,7 @@ __global__ void fill_codes(uint8_t* p, int64_t rows, int64_t cols, int64_t ld, u
 }
 
 // Positive scales: exact: powers of two in {1/2, 1, 2}; otherwise in [2^-8, 2^-6) (as quant makes).
-__global__ void fill_scales(float* p, int64_t n, uint64_t seed, bool exact) {
+static __global__ void fill_scales(float* p, int64_t n, uint64_t seed, bool exact) {
   FP8ROUTE_GRID_STRIDE(i, n) {
     p[i] = exact ? ldexpf(1.f, static_cast<int>(mix64(seed ^ mix64(i)) % 3) - 1)
                  : ldexpf(1.5f + 0.5f * unit_at(seed, i), -7);
