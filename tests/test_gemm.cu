@@ -468,6 +468,82 @@ TEST(LinearPlanGpu, RunsTheReportedRouteWithItsScaleForm) {
   for (const auto& [k, v] : ran) std::printf("LinearPlan ran %s on %d problems\n", k.c_str(), v);
 }
 
+// A probe (LinearPlan::probe) times the table's best guesses for a shape the table lacks on this GPU,
+// then routes by those times; the records carried to another plan through Router::with_measurements
+// route it the same, and every route runs correctly.
+TEST(LinearPlanGpu, ProbeTimesAnUnseenShapeAndRoutesByIt) {
+  FP8ROUTE_REQUIRE_SM90();
+  struct Case {
+    ScaleKind act;
+    int64_t n, k;
+  };
+  // None of these (N, K) is in the shipped table; K = 2688 is 21 blocks: cuBLASLt reads a padded
+  // weight scale, timed on its own operands.
+  const Case cases[] = {{ScaleKind::tensor, 1536, 5120}, {ScaleKind::row, 3328, 2560}, {ScaleKind::block, 2432, 2688}};
+  ProbeOptions opt;
+  opt.m_grid = {1, 16, 96, 512};
+  opt.reps = 10;
+  uint64_t idx = 7000;
+  for (const Case& c : cases) {
+    const auto problem_at = [&](int64_t m) {
+      GemmProblem p = make_problem(m, c.n, c.k, c.act, DType::bf16);
+      return p;
+    };
+    Problem first(problem_at(16), false, case_seed(++idx));
+    LinearPlan plan(first.args().b, first.args().scale_b, c.act, DType::bf16, {}, default_router());
+    std::map<int64_t, std::vector<std::pair<std::string, std::string>>> candidates;
+    for (int64_t m : opt.m_grid) {
+      const Route before = plan.route(m);
+      ASSERT_NE(before.source, Route::Source::exact) << to_string(problem_at(m)) << " is in the table: pick another shape";
+      candidates[m] = plan.router().probe_candidates(plan.layout().problem(m, 16, ""), opt.top);
+    }
+    const std::vector<MeasurementRecord> records = plan.probe(opt);
+    std::map<int64_t, std::pair<double, std::string>> fastest;
+    for (const MeasurementRecord& r : records) {
+      const auto& cs = candidates.at(r.m);  // throws for an M that was not asked for
+      EXPECT_NE(std::find(cs.begin(), cs.end(), std::make_pair(r.backend, r.config)), cs.end())
+          << r.backend << "/" << r.config << " timed at m=" << r.m << " but not a probe candidate";
+      EXPECT_GT(r.us, 0) << r.backend << "/" << r.config;
+      auto [it, fresh] = fastest.try_emplace(r.m, r.us, r.backend + "/" + r.config);
+      if (!fresh && r.us < it->second.first) it->second = {r.us, r.backend + "/" + r.config};
+    }
+    size_t padded_cublaslt = 0;
+    for (const MeasurementRecord& r : records) padded_cublaslt += r.backend == "cublaslt" && r.scale == ScaleKind::block;
+    if (c.act == ScaleKind::block)
+      EXPECT_GT(padded_cublaslt, 0u) << "cuBLASLt should have run the block layer in its padded form at M % 4 == 0";
+    for (int64_t m : opt.m_grid) {
+      ASSERT_TRUE(fastest.count(m)) << "nothing timed at m=" << m;
+      const Route r = plan.route(m);
+      EXPECT_EQ(r.source, Route::Source::exact) << r.why;
+      EXPECT_EQ(r.backend + "/" + r.config, fastest[m].second) << "m=" << m << ": " << r.why;
+      std::printf("probe %s n=%lld k=%lld m=%lld: %zu configs timed, fastest %s %.2f us\n", std::string(name(c.act)).c_str(),
+                  (long long)c.n, (long long)c.k, (long long)m, candidates[m].size(), fastest[m].second.c_str(),
+                  fastest[m].first);
+    }
+    EXPECT_NE(plan.explain(16).find("probed on this GPU"), std::string::npos) << plan.explain(16);
+    EXPECT_TRUE(plan.probe(opt).empty()) << "a second probe has nothing left to time";
+    ProbeOptions again = opt;
+    again.always = true, again.m_grid = {16};
+    EXPECT_FALSE(plan.probe(again).empty()) << "always: time M = 16 again";
+
+    // The records, merged into the process-wide table, route new plans of the shape alike; each
+    // route runs correctly (M = 40 lies between probed M).
+    const auto merged = std::make_shared<const Router>(default_router()->with_measurements(records));
+    for (int64_t m : {1, 16, 40, 96, 512}) {
+      Problem prob(problem_at(m), false, case_seed(++idx));
+      const ScaledMmArgs& a = prob.args();
+      const LinearPlan other(a.b, a.scale_b, c.act, DType::bf16, {}, merged);
+      const Route r = other.route(m);
+      EXPECT_EQ(r.source, Route::Source::exact) << r.why;
+      if (m != 40 && m != 16) EXPECT_EQ(r.backend + "/" + r.config, plan.route(m).backend + "/" + plan.route(m).config);
+      EXPECT_EQ(cudaMemset(a.out.data, 0xFF, m * c.n * 2), cudaSuccess);
+      other.run(a.a, a.scale_a, a.out, nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expect_good(prob.check(), false, "probed " + to_string(prob.problem()) + " routed to " + r.backend + "/" + r.config);
+    }
+  }
+}
+
 // ---- determinism and CUDA-graph replay -----------------------------------------------------------
 
 // Captures scaled_mm(prob's args, b, c) on `stream` in `mode` (output poisoned first), replays it

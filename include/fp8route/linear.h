@@ -74,6 +74,14 @@ class LinearPlan {
   // after the first call of a given M on the stream (see scaled_mm).
   void run(TensorView a, TensorView a_scale, TensorView out, cudaStream_t stream) const;
 
+  // Times the layer's routing candidates on this GPU (probe_shape in route.h, with the scale form
+  // each backend will be given) and routes by those times from then on: at the M of opt.m_grid
+  // where the table has no exact entry serving (a shape it lacks; a TP 2 or 4 shape beyond M = 64),
+  // or at every M with opt.always. Load-time work, like the constructor: call it before run() and
+  // before capturing a graph, never concurrently with run() or route(). Returns what it measured
+  // (empty when no M needed it), to keep or to merge into a table (Router::with_measurements).
+  std::vector<MeasurementRecord> probe(const ProbeOptions& opt = {});
+
   // The route run() takes for M rows (16-byte aligned operands; `align` otherwise).
   Route route(int64_t m, int align = 16) const;
   // The layout, the table slice, and router.explain() of the problem for M.
@@ -91,6 +99,7 @@ class LinearPlan {
   DeviceBuffer prepared_scale_;  // the expanded or padded weight scale, when the layout needs one
   TensorView prepared_scale_view_;
   std::shared_ptr<const Router> router_;
+  std::vector<int64_t> probed_m_;  // the M probe() measured
   struct Cache;
   std::shared_ptr<Cache> cache_;
 };

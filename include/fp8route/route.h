@@ -133,9 +133,19 @@ class Router {
   // The table's (backend, config) candidates for p, best first, before any supports() check: what
   // select() walks (empty when the table has no entry of p's scale kind).
   std::vector<std::pair<std::string, std::string>> candidates(const GemmProblem& p) const;
+  // What a load-time probe of p times on this GPU (LinearPlan::probe): the first `top` candidates()
+  // that supports() allows, then every cuBLASLt config it allows (cuBLASLt ranks its algorithms for
+  // p itself, so its "heuristicN" wins do not carry over from other shapes but can be timed on p),
+  // then gemm_select()'s choice; no duplicates, in that order.
+  std::vector<std::pair<std::string, std::string>> probe_candidates(const GemmProblem& p, size_t top) const;
   // The problem, the table's stamp against this machine, the source, the choice, the ranked
   // measured candidates at the nearest measured M and why any candidate was skipped.
   std::string explain(const GemmProblem& p) const;
+
+  // This router with `records` (measured here: a probe_shape()) added to its table: per (scale,
+  // out, N, K), the entry is rebuilt from its measurements at the M the records do not cover and the
+  // records (build_routing_table). Same supports(), same stamp (explain() names entries, not chips).
+  Router with_measurements(const std::vector<MeasurementRecord>& records) const;
 
   // The entries select() can consult for (scale, out, N, K) at any M: the exact entry, and every
   // entry that is among the nearest for some M where the exact entry does not serve (there is
@@ -155,6 +165,31 @@ class Router {
   SupportsFn supports_;
   std::string load_error_;
 };
+
+// A load-time probe: a shape routed from measurements made on this GPU instead of from another
+// chip's table alone. At each M of m_grid, Router::probe_candidates (the table's `top` best guesses,
+// every cuBLASLt and skinny config, gemm_select()'s choice) are timed side by side with the one
+// benchmark method (graph replay, cold L2, interleaved; src/bench/measure.h). On the H200
+// measurements, with each model held out of the table in turn, routing by the fastest of them loses
+// 0.01% geometric mean and at most 20% nowhere (top = 5; by the table alone 2.5% and 85 points over
+// 20%; test_route, HeldOutModelProbed). Costs about (M values) x (5-9 configs) x 25 replays.
+struct ProbeOptions {
+  std::vector<int64_t> m_grid = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
+                                 1024, 1536, 2048, 3072, 4096};  // the catalog's, to 4096
+  size_t top = 5;       // the table's candidates timed at each M
+  bool always = false;  // false: only the M where the table has no exact entry serving (select()'s
+                        // source is not exact); true: every M (settles this GPU's near-ties)
+  int warmup = 5, reps = 20, instances = 1;  // bench::MeasureOptions
+};
+
+// The problem (scale forms included) `backend` runs at M; "" for the problem routing sees.
+using ProblemAtM = std::function<GemmProblem(int64_t m, const std::string& backend)>;
+
+// Probes one shape on device 0: the records of every candidate timed (a candidate that fails to run
+// is left out). Needs a GPU (throws Error(unsupported) without one). Nothing is timed when no M of
+// m_grid needs it (then the result is empty).
+std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAtM& problem_at,
+                                           const ProbeOptions& opt = {});
 
 // The process-wide router that scaled_mm(args, stream) uses. Made on first use from
 // default_table_path() with Router::from_file (a table that does not load leaves it routing by

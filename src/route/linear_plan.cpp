@@ -172,6 +172,20 @@ const LinearPlan::Decided& LinearPlan::decide(int64_t m, int align) const {
 
 Route LinearPlan::route(int64_t m, int align) const { return decide(m, align).route; }
 
+std::vector<MeasurementRecord> LinearPlan::probe(const ProbeOptions& opt) {
+  const LinearLayout l = layout_;
+  std::vector<MeasurementRecord> records =
+      probe_shape(*router_, [&l](int64_t m, const std::string& backend) { return l.problem(m, 16, backend); }, opt);
+  if (records.empty()) return records;
+  router_ = std::make_shared<const Router>(router_->with_measurements(records));
+  for (const MeasurementRecord& r : records)
+    if (std::find(probed_m_.begin(), probed_m_.end(), r.m) == probed_m_.end()) probed_m_.push_back(r.m);
+  std::sort(probed_m_.begin(), probed_m_.end());
+  std::lock_guard<std::mutex> lock(cache_->mu);
+  cache_->by_m.clear();
+  return records;
+}
+
 void LinearPlan::run(TensorView a, TensorView a_scale, TensorView out, cudaStream_t stream) const {
   ScaledMmArgs args{a, weight_, a_scale, weight_scale_, bias_, out, layout_.gemm};
   if (layout_.expand_weight_scale) args.scale_b = prepared_scale_view_;
@@ -208,6 +222,11 @@ std::string LinearPlan::explain(int64_t m) const {
   for (size_t i = 0; i < l.backends.size(); ++i) os << (i ? ", " : "") << l.backends[i];
   if (!l.excluded.empty()) os << "\nexcluded at load: " << l.excluded;
   os << "\ntable slice: " << router_->table().entries.size() << " entries\n";
+  if (!probed_m_.empty()) {
+    os << "probed on this GPU (its times replace the table's for this shape) at m=";
+    for (size_t i = 0; i < probed_m_.size(); ++i) os << (i ? "," : "") << probed_m_[i];
+    os << "\n";
+  }
   os << router_->explain(l.problem(m, 16, route(m).backend));
   return os.str();
 }

@@ -254,6 +254,33 @@ std::vector<std::pair<std::string, std::string>> Router::blend_nearest(const Gem
   return out;
 }
 
+Router Router::with_measurements(const std::vector<MeasurementRecord>& records) const {
+  using Key = std::tuple<ScaleKind, DType, int64_t, int64_t>;
+  std::map<Key, std::vector<MeasurementRecord>> fresh;  // per entry: the new records
+  for (const MeasurementRecord& r : records) fresh[{r.scale, r.out, r.n, r.k}].push_back(r);
+  RoutingTable t = table_;
+  for (auto& [key, recs] : fresh) {
+    const auto& [scale, out, n, k] = key;
+    auto it = std::find_if(t.entries.begin(), t.entries.end(), [&](const TableEntry& e) {
+      return e.scale == scale && e.out == out && e.n == n && e.k == k;
+    });
+    if (it != t.entries.end()) {
+      // The old measurements at M the new records do not cover stay; at the others, the new ones rank.
+      std::vector<int64_t> covered;
+      for (const MeasurementRecord& r : recs) covered.push_back(r.m);
+      for (const Measured& m : it->measured)
+        if (std::find(covered.begin(), covered.end(), m.m) == covered.end())
+          recs.push_back({scale, out, n, k, m.m, m.backend, m.config, m.us});
+    }
+    TableEntry e = build_routing_table(recs, t.stamp).entries.at(0);
+    if (it != t.entries.end()) *it = std::move(e);
+    else t.entries.push_back(std::move(e));
+  }
+  Router r(std::move(t), supports_);
+  r.load_error_ = load_error_;
+  return r;
+}
+
 RoutingTable Router::slice(ScaleKind scale, DType out, int64_t n, int64_t k) const {
   RoutingTable t;
   t.stamp = table_.stamp;
@@ -306,6 +333,32 @@ std::vector<std::pair<std::string, std::string>> Router::candidates(const GemmPr
   out.emplace_back(bp.backend, bp.config);
   for (const Measured* r : ranked_at(*e, p.m))
     if (r->backend != bp.backend || r->config != bp.config) out.emplace_back(r->backend, r->config);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> Router::probe_candidates(const GemmProblem& p, size_t top) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto add = [&](const std::string& backend, const std::string& config) {
+    if (std::find(out.begin(), out.end(), std::make_pair(backend, config)) != out.end()) return false;
+    std::string why;
+    try {
+      why = supports_(backend, config, p);
+    } catch (const Error& err) {  // a config this build does not have (a table from another version)
+      why = err.what();
+    }
+    if (!why.empty()) return false;
+    out.emplace_back(backend, config);
+    return true;
+  };
+  size_t taken = 0;
+  for (const auto& [backend, config] : candidates(p)) {
+    if (taken == top) break;
+    taken += add(backend, config);
+  }
+  for (const char* backend : {"cublaslt", "skinny"})
+    for (const std::string& config : gemm_configs(backend)) add(backend, config);
+  const GemmChoice c = gemm_select(p);
+  add(c.backend, c.config);
   return out;
 }
 

@@ -1,0 +1,60 @@
+// probe_shape (route.h): a shape's routing candidates timed on this GPU at load time.
+
+#include <algorithm>
+#include <map>
+
+#include "bench/gemm_operands.h"
+#include "bench/measure.h"
+#include "fp8route/device.h"
+#include "fp8route/error.h"
+#include "fp8route/route.h"
+
+namespace fp8route {
+
+std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAtM& problem_at, const ProbeOptions& opt) {
+  FP8ROUTE_CHECK(opt.top >= 1, "ProbeOptions::top: at least 1, got " << opt.top);
+  FP8ROUTE_CHECK(opt.reps >= 1 && opt.warmup >= 0 && opt.instances >= 1,
+                 "ProbeOptions: reps >= 1, warmup >= 0, instances >= 1, got reps=" << opt.reps << " warmup="
+                                                                                   << opt.warmup << " instances="
+                                                                                   << opt.instances);
+  for (int64_t m : opt.m_grid) FP8ROUTE_CHECK(m >= 1, "ProbeOptions::m_grid: every M >= 1, got " << m);
+  std::vector<int64_t> grid = opt.m_grid;
+  std::sort(grid.begin(), grid.end());
+  grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
+  if (!opt.always)
+    grid.erase(std::remove_if(grid.begin(), grid.end(),
+                              [&](int64_t m) { return router.select(problem_at(m, "")).source == Route::Source::exact; }),
+               grid.end());
+  std::vector<MeasurementRecord> out;
+  if (grid.empty()) return out;
+  FP8ROUTE_CHECK_CAT(cuda_device_count() > 0, ErrorCategory::unsupported,
+                     "probe_shape needs a GPU: " << cuda_unavailable_reason());
+  bench::MeasureOptions mo;
+  mo.warmup = opt.warmup, mo.reps = opt.reps, mo.instances = opt.instances;
+  for (int64_t m : grid) {
+    const GemmProblem routed = problem_at(m, "");
+    // Each backend runs the problem in its own scale form (LinearPlan pads a block weight scale for
+    // cuBLASLt): the candidates of one form are timed side by side on one set of operands.
+    std::map<std::string, std::vector<std::pair<std::string, std::string>>> by_form;
+    std::map<std::string, GemmProblem> form;
+    for (const auto& c : router.probe_candidates(routed, opt.top)) {
+      const GemmProblem p = problem_at(m, c.first);
+      const std::string key = to_string(p) + (p.sb_padded ? " padded" : "");
+      by_form[key].push_back(c);
+      form.emplace(key, p);
+    }
+    for (const auto& [key, choices] : by_form) {
+      const GemmProblem& p = form.at(key);
+      const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), mo);
+      const bench::GemmOperandSets ops = bench::make_gemm_operands(p, sets, 0x9B0Bull + uint64_t(m));
+      const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
+      for (size_t i = 0; i < choices.size(); ++i)
+        if (ms[i].error.empty())
+          out.push_back({routed.scale, routed.out, routed.n, routed.k, m, choices[i].first, choices[i].second,
+                         ms[i].median_us});
+    }
+  }
+  return out;
+}
+
+}  // namespace fp8route
