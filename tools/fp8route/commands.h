@@ -55,6 +55,8 @@ struct BenchOptions {
   std::string backends = "cublaslt,cutlass_sm90,skinny";
   std::string json_path, plot_path;
   int screen_pct = 25;     // > 0: a quick first round drops configs more than this % behind (bench::screen_gemms)
+  std::string probe = "off";  // off, unseen or always: probe_shape (route.h) every shape first, route by it
+  int probe_top = 5;          // ProbeOptions::top
   bool main_job = false;   // the tool's main job: explain the plan instead when there is no GPU
 };
 int run_bench(const BenchOptions& opt);

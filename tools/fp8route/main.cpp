@@ -74,6 +74,14 @@ int main(int argc, char** argv) {
                         "a backend alone at: table (its best configs by the table, + cuBLASLt's heuristic) or all "
                         "(every config it has; slower)")->capture_default_str();
   add_screen_option(bench_cmd, bench.screen_pct, "the routed call, ");
+  bench_cmd->add_option("--probe", bench.probe,
+                        "first time each shape's routing candidates on this GPU and route by those times "
+                        "(LinearPlan::probe): off, unseen (the M the table has no exact entry for) or always")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "unseen", "always"}));
+  bench_cmd->add_option("--probe-top", bench.probe_top, "with --probe: the table's candidates timed per M")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   bench_cmd->add_option("--backend", bench.backends, "backends to compare with")->capture_default_str();
   bench_cmd->add_option("--json", bench.json_path, "write one record per (problem, backend) and the routed one");
   bench_cmd->add_option("--plot", bench.plot_path, "draw time against M per layer to this PNG (needs matplotlib)");
