@@ -1,5 +1,7 @@
 """Fp8Linear: a torch.nn.Module over a LinearPlan (bf16/fp16 activations in, quantized on the fly,
 multiplied by the routed FP8 GEMM)."""
+import json
+
 import torch
 
 from . import ops
@@ -60,6 +62,15 @@ class Fp8Linear(torch.nn.Module):
     def route(self, m):
         """The backend/config a call with m rows runs."""
         return str(lib.linear_plan_route(self._plan, m))
+
+    def probe(self, m_grid=None, top=5, always=False):
+        """Times this layer's routing candidates on this GPU and routes by those times from then on
+        (LinearPlan::probe): at the M of m_grid (default 1..4096, the catalog's grid) where the table has
+        no exact entry for the layer's shape, or at every M with always=True. Load-time work: call it
+        before forward() and before capturing graphs. Returns the timings, a list of dicts (m, n, k,
+        scale, backend, config, us); empty when no M needed one."""
+        grid = "" if m_grid is None else ",".join(str(int(m)) for m in m_grid)
+        return json.loads(str(lib.linear_plan_probe(self._plan, grid, int(top), bool(always))))
 
     def explain(self, m):
         return str(lib.linear_plan_explain(self._plan, m))

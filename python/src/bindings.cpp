@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 
@@ -238,7 +240,7 @@ Plans& plans() {
   static Plans p;
   return p;
 }
-const fp8route::LinearPlan& plan(int64_t h) {
+fp8route::LinearPlan& plan(int64_t h) {
   Plans& p = plans();
   std::lock_guard<std::mutex> lock(p.mu);
   const auto it = p.by_handle.find(h);
@@ -276,6 +278,33 @@ String linear_plan_explain(int64_t h, int64_t m) {
   return guarded([&] { return String(plan(h).explain(m)); });
 }
 
+// LinearPlan::probe; m_grid "1,16,96" ("" = ProbeOptions' default). The records as a JSON list.
+String linear_plan_probe(int64_t h, String m_grid, int64_t top, bool always) {
+  return guarded([&] {
+    fp8route::ProbeOptions opt;
+    if (!std::string(m_grid).empty()) {
+      opt.m_grid.clear();
+      std::stringstream ss{std::string(m_grid)};
+      for (std::string item; std::getline(ss, item, ',');) {
+        try {
+          size_t used = 0;
+          opt.m_grid.push_back(std::stoll(item, &used));
+          FP8ROUTE_CHECK(used == item.size(), "m_grid: integers expected, got '" << item << "'");
+        } catch (const std::logic_error&) {
+          FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument, "m_grid: integers expected, got '" << item << "'");
+        }
+      }
+    }
+    FP8ROUTE_CHECK(top >= 1, "top: at least 1, got " << top);
+    opt.top = static_cast<size_t>(top), opt.always = always;
+    nlohmann::json out = nlohmann::json::array();
+    for (const fp8route::MeasurementRecord& r : plan(h).probe(opt))
+      out.push_back({{"m", r.m}, {"n", r.n}, {"k", r.k}, {"scale", std::string(fp8route::name(r.scale))},
+                     {"backend", r.backend}, {"config", r.config}, {"us", r.us}});
+    return String(out.dump());
+  });
+}
+
 void linear_plan_free(int64_t h) {
   Plans& p = plans();
   std::lock_guard<std::mutex> lock(p.mu);
@@ -300,4 +329,5 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_create, linear_plan_create);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_run, linear_plan_run);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_route, linear_plan_route);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_explain, linear_plan_explain);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_probe, linear_plan_probe);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_free, linear_plan_free);

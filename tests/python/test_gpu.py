@@ -170,6 +170,26 @@ def test_fp8linear_eager_compile_graph(act):
     assert "/" in layer.route(16)
 
 
+def test_fp8linear_probe_unseen_shape():
+    # N x K = 3328 x 2560 is in no table: probe times the table's best guesses here, then routes by them.
+    torch.manual_seed(1)
+    w = torch.randn(3328, 2560, device=DEV, dtype=torch.bfloat16) / 64
+    layer = fp8route.Fp8Linear.from_float(w, act="row")
+    timings = layer.probe(m_grid=[1, 24, 200])
+    assert {t["m"] for t in timings} == {1, 24, 200}
+    assert all(t["us"] > 0 and t["n"] == 3328 and t["k"] == 2560 for t in timings)
+    for m in (1, 24, 200):
+        fastest = min((t for t in timings if t["m"] == m), key=lambda t: t["us"])
+        assert layer.route(m) == fastest["backend"] + "/" + fastest["config"]
+    assert "probed on this GPU" in layer.explain(24)
+    assert layer.probe(m_grid=[1, 24, 200]) == []  # nothing left to time
+    x = torch.randn(24, 2560, device=DEV, dtype=torch.bfloat16)
+    want = x.double() @ w.double().t()
+    assert ((layer(x).double() - want).norm() / want.norm()).item() < 5e-2
+    with pytest.raises(ValueError, match="m_grid"):
+        layer.probe(m_grid=[0])
+
+
 def test_torch_library_ops_registered():
     assert hasattr(torch.ops.fp8route, "scaled_mm") and hasattr(torch.ops.fp8route, "linear")
     a = torch.randn(8, 256, device=DEV).to(torch.float8_e4m3fn)
