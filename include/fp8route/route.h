@@ -169,17 +169,23 @@ class Router {
 // A load-time probe: a shape routed from measurements made on this GPU instead of from another
 // chip's table alone. At each M of m_grid, Router::probe_candidates (the table's `top` best guesses,
 // every cuBLASLt and skinny config, gemm_select()'s choice) are timed side by side with the one
-// benchmark method (graph replay, cold L2, interleaved; src/bench/measure.h). On the H200
-// measurements, with each model held out of the table in turn, routing by the fastest of them loses
-// 0.01% geometric mean and at most 20% nowhere (top = 5; by the table alone 2.5% and 85 points over
-// 20%; test_route, HeldOutModelProbed). Costs about (M values) x (5-9 configs) x 25 replays.
+// benchmark method (graph replay, cold L2, interleaved; src/bench/measure.h).
+// - CPU, on the recorded H200 measurements, each model held out of the table in turn: routing by the
+//   fastest probe candidate loses 0.00-0.03% geometric mean, at most 14% on any point (top = 5; by
+//   the table alone 2.0-3.0% and 85 of 3479 points over 20%; test_route, HeldOutModelProbed).
+// - GPU (H200, fp8route bench --probe unseen, TP 8, 21 M, these defaults' 4 graph instances):
+//   deepseek-v3, llama-3.1-405b and llama-3.1-8b held out: 3 of 882 problems more than 3% slower than
+//   the best single backend, against 182 by the table alone (bench/results/2026-11-30-probe-h200).
+// Cost there: 2.6-16 s per shape and scale kind for 21 M.
 struct ProbeOptions {
   std::vector<int64_t> m_grid = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
                                  1024, 1536, 2048, 3072, 4096};  // the catalog's, to 4096
   size_t top = 5;       // the table's candidates timed at each M
   bool always = false;  // false: only the M where the table has no exact entry serving (select()'s
                         // source is not exact); true: every M (settles this GPU's near-ties)
-  int warmup = 5, reps = 20, instances = 1;  // bench::MeasureOptions
+  // bench::MeasureOptions. Several graph instances: a stream-K config's graph runs at one of a few
+  // speeds for its life (measure.h), and one instance can crown a lucky one.
+  int warmup = 5, reps = 20, instances = 4;
 };
 
 // The problem (scale forms included) `backend` runs at M; "" for the problem routing sees.
