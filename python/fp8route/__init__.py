@@ -9,6 +9,7 @@ from ._native import lib as _lib
 from .ops import (
     explain,
     load_table,
+    save_table,
     masked_per_token_group_quant,
     masked_silu_and_mul_per_token_group_quant,
     per_tensor_quant,
@@ -35,7 +36,7 @@ def _use_packaged_table():
 _use_packaged_table()
 
 __all__ = [
-    "explain", "load_table", "table_info", "quant_layout", "per_token_group_quant",
+    "explain", "load_table", "save_table", "table_info", "quant_layout", "per_token_group_quant",
     "silu_and_mul_per_token_group_quant", "masked_per_token_group_quant",
     "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "per_token_quant",
     "per_tensor_quant", "scaled_mm", "__version__",

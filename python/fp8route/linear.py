@@ -68,7 +68,8 @@ class Fp8Linear(torch.nn.Module):
         (LinearPlan::probe): at the M of m_grid (default 1..4096, the catalog's grid) where the table has
         no exact entry for the layer's shape, or at every M with always=True. Load-time work: call it
         before forward() and before capturing graphs. Returns the timings, a list of dicts (m, n, k,
-        scale, backend, config, us); empty when no M needed one."""
+        scale, out, backend, config, us); empty when no M needed one. fp8route.save_table(path, timings)
+        keeps them for the next process."""
         grid = "" if m_grid is None else ",".join(str(int(m)) for m in m_grid)
         return json.loads(str(lib.linear_plan_probe(self._plan, grid, int(top), bool(always))))
 

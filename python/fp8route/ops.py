@@ -166,6 +166,13 @@ def load_table(path):
     _loaded_table = str(path)
 
 
+def save_table(path, timings=()):
+    """Writes the routing table in use, with `timings` (what Fp8Linear.probe returned) merged in, to
+    path. load_table(path) (or FP8ROUTE_TABLE=path) in a later process routes the probed shapes by
+    those timings, with no probe needed. ValueError names a bad timing or an unwritable path."""
+    lib.save_table(str(path), json.dumps(list(timings)))
+
+
 def table_info():
     """The routing table in use: {"path", "entries", "stamp", "load_error"}."""
     info = json.loads(str(lib.table_info()))

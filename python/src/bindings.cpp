@@ -217,6 +217,44 @@ void load_table(String path) {
   guarded([&] { fp8route::load_default_table(std::string(path)); });
 }
 
+// The table in use with `timings` (a JSON list of Fp8Linear.probe's dicts) merged
+// (Router::with_measurements), written to `path`.
+void save_table(String path, String timings) {
+  guarded([&] {
+    nlohmann::json list;
+    try {
+      list = nlohmann::json::parse(std::string(timings));
+    } catch (const nlohmann::json::exception& e) {
+      FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument, "timings: not JSON: " << e.what());
+    }
+    FP8ROUTE_CHECK(list.is_array(), "timings: a list of dicts expected");
+    std::vector<fp8route::MeasurementRecord> records;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const nlohmann::json& t = list[i];
+      fp8route::MeasurementRecord r;
+      try {
+        r = {fp8route::parse_scale_kind(t.at("scale").get<std::string>()),
+             fp8route::parse_dtype(t.value("out", std::string("bf16")), "out"),
+             t.at("n").get<int64_t>(), t.at("k").get<int64_t>(), t.at("m").get<int64_t>(),
+             t.at("backend").get<std::string>(), t.at("config").get<std::string>(), t.at("us").get<double>()};
+      } catch (const nlohmann::json::exception& e) {
+        FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument,
+                      "timings[" << i << "]: expected m, n, k, scale, backend, config, us (and out): " << e.what());
+      } catch (const fp8route::Error& e) {
+        FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument, "timings[" << i << "]: " << e.what());
+      }
+      FP8ROUTE_CHECK(r.m >= 1 && r.n >= 1 && r.k >= 1 && r.us > 0,
+                     "timings[" << i << "]: m, n, k >= 1 and us > 0, got m=" << r.m << " n=" << r.n << " k=" << r.k
+                                << " us=" << r.us);
+      const std::vector<std::string> configs = fp8route::gemm_configs(r.backend);
+      FP8ROUTE_CHECK(std::find(configs.begin(), configs.end(), r.config) != configs.end(),
+                     "timings[" << i << "]: backend " << r.backend << " has no config '" << r.config << "'");
+      records.push_back(std::move(r));
+    }
+    fp8route::save_routing_table(fp8route::default_router()->with_measurements(records).table(), std::string(path));
+  });
+}
+
 // {"path", "entries", "stamp": {...}, "load_error"} of the table scaled_mm routes by.
 String table_info() {
   return guarded([&] {
@@ -300,6 +338,7 @@ String linear_plan_probe(int64_t h, String m_grid, int64_t top, bool always) {
     nlohmann::json out = nlohmann::json::array();
     for (const fp8route::MeasurementRecord& r : plan(h).probe(opt))
       out.push_back({{"m", r.m}, {"n", r.n}, {"k", r.k}, {"scale", std::string(fp8route::name(r.scale))},
+                     {"out", std::string(fp8route::dtype_name(r.out))},
                      {"backend", r.backend}, {"config", r.config}, {"us", r.us}});
     return String(out.dump());
   });
@@ -325,6 +364,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm_bias, scaled_mm_bias);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(explain, explain);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(load_table, load_table);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(table_info, table_info);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(save_table, save_table);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_create, linear_plan_create);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_run, linear_plan_run);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_route, linear_plan_route);

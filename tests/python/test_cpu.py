@@ -46,6 +46,37 @@ def test_load_table_errors_name_the_file(tmp_path):
     assert fp8route.table_info()["path"] == os.path.join(ROOT, "routes", "h200.json")
 
 
+def test_save_table_with_timings(tmp_path):
+    # Timings as Fp8Linear.probe returns them, for a shape no table has: saved with the table in use,
+    # loaded back, the shape routes exactly by them.
+    shipped = os.path.join(ROOT, "routes", "h200.json")
+    fp8route.load_table(shipped)
+    before = fp8route.table_info()["entries"]
+    assert "source: nearest" in fp8route.explain(24, 3328, 2560, scale="row")
+    timings = [
+        {"m": m, "n": 3328, "k": 2560, "scale": "row", "out": "bf16", "backend": b, "config": c, "us": us}
+        for m, b, c, us in [(1, "skinny", "m8_n32_k128x4_splitk", 6.8), (1, "cublaslt", "heuristic", 9.0),
+                            (24, "cublaslt", "heuristic", 7.0),
+                            (24, "cutlass_sm90", "row_64x16x128_1x1x1_pingpong_swapab", 7.4)]]
+    path = tmp_path / "probed.json"
+    fp8route.save_table(path, timings)
+    try:
+        fp8route.load_table(path)
+        assert fp8route.table_info()["entries"] == before + 1
+        text = fp8route.explain(24, 3328, 2560, scale="row")
+        assert "source: exact" in text and "choice: cublaslt/heuristic" in text, text
+        assert "choice: skinny/m8_n32_k128x4_splitk" in fp8route.explain(1, 3328, 2560, scale="row")
+    finally:
+        fp8route.load_table(shipped)
+    for bad, match in [([{"m": 1}], r"timings\[0\]: expected"), ([dict(timings[0], us=0)], r"us > 0"),
+                       ([dict(timings[0], config="nope")], "no config 'nope'"),
+                       ([dict(timings[0], scale="col")], "unknown scale kind")]:
+        with pytest.raises(ValueError, match=match):
+            fp8route.save_table(tmp_path / "bad.json", bad)
+    with pytest.raises(ValueError, match="nonexistent_dir"):
+        fp8route.save_table(tmp_path / "nonexistent_dir" / "t.json", timings)
+
+
 @pytest.mark.parametrize("layout,tokens,want_s", [
     ("row_major", 5, [5, 4]), ("col_major", 5, [4, 5]), ("col_major_tma", 5, [4, 8])])
 def test_quant_layout(layout, tokens, want_s):
