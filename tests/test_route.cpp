@@ -664,6 +664,24 @@ TEST(Route, ExplainShowsSourceAndSkips) {
   EXPECT_NE(text.find("skipped: "), std::string::npos);
   EXPECT_NE(text.find("align"), std::string::npos);  // the skip reason names the rule
   if (cuda_device_count() == 0) EXPECT_NE(text.find("no GPU here to compare"), std::string::npos);
+  EXPECT_EQ(text.find("probe: "), std::string::npos) << "a heuristic route has no probe line";
+  // A shape the table lacks: explain lists what a probe would time (the table's best guesses first).
+  const Router h200(build_routing_table(h200_records(), h200_stamp()), measured_on_h200());
+  const GemmProblem near = make_problem(16, 4096, 4096, ScaleKind::row);
+  const std::string exact_text = h200.explain(near);
+  EXPECT_EQ(exact_text.find("probe: "), std::string::npos) << exact_text;
+  std::vector<MeasurementRecord> rest;
+  for (const MeasurementRecord& rec : h200_records())
+    if (!(rec.n == 4096 && rec.k == 4096)) rest.push_back(rec);
+  const Router held_out(build_routing_table(rest, h200_stamp()), measured_on_h200());
+  const std::string near_text = held_out.explain(near);
+  const auto probed = held_out.probe_candidates(near, ProbeOptions{}.top);
+  ASSERT_GE(probed.size(), 5u);
+  const size_t at = near_text.find("probe: not measured here");
+  ASSERT_NE(at, std::string::npos) << near_text;
+  std::string want = "time on this GPU:";
+  for (size_t i = 0; i < probed.size(); ++i) want += (i ? ", " : " ") + probed[i].first + "/" + probed[i].second;
+  EXPECT_NE(near_text.find(want, at), std::string::npos) << near_text;
 }
 
 }  // namespace

@@ -465,6 +465,14 @@ std::string Router::explain(const GemmProblem& p) const {
   }
   const Route r = select(p);
   os << "source: " << name(r.source) << "\nchoice: " << r.backend << "/" << r.config << "\nwhy: " << r.why << "\n";
+  // A shape (or an M) routed from other shapes: what a load-time probe would time on this GPU.
+  if (r.source == Route::Source::nearest) {
+    const auto probed = probe_candidates(p, ProbeOptions{}.top);
+    os << "probe: not measured here; LinearPlan::probe (Python Fp8Linear.probe, fp8route bench --probe unseen) "
+          "would time on this GPU:";
+    for (size_t i = 0; i < probed.size(); ++i) os << (i ? ", " : " ") << probed[i].first << "/" << probed[i].second;
+    os << "\n";
+  }
   Route::Source source;
   if (const TableEntry* e = find_entry(p, source)) {
     if (const auto [lo, hi] = measured_around(*e, p.m); source == Route::Source::exact && lo > 0 && hi > 0) {
@@ -505,7 +513,8 @@ std::string Router::explain(const GemmProblem& p) const {
       std::snprintf(pct, sizeof pct, "%.1f%%", 100 * (runnable[1]->us / runnable[0]->us - 1));
       os << "near-tie: " << runnable[1]->backend << "/" << runnable[1]->config << " measured within " << pct
          << " of the choice; rankings this close can differ between two GPUs of the same model, and "
-            "`fp8route tune` on this GPU settles them\n";
+            "`fp8route tune` (or a probe: fp8route bench --probe always, LinearPlan::probe with always) on "
+            "this GPU settles them\n";
     }
   }
   return os.str();
