@@ -173,9 +173,8 @@ const LinearPlan::Decided& LinearPlan::decide(int64_t m, int align) const {
 Route LinearPlan::route(int64_t m, int align) const { return decide(m, align).route; }
 
 std::vector<MeasurementRecord> LinearPlan::probe(const ProbeOptions& opt) {
-  const LinearLayout l = layout_;
-  std::vector<MeasurementRecord> records =
-      probe_shape(*router_, [&l](int64_t m, const std::string& backend) { return l.problem(m, 16, backend); }, opt);
+  std::vector<MeasurementRecord> records = probe_shape(
+      *router_, [this](int64_t m, const std::string& backend) { return layout_.problem(m, 16, backend); }, opt);
   if (records.empty()) return records;
   router_ = std::make_shared<const Router>(router_->with_measurements(records));
   for (const MeasurementRecord& r : records)

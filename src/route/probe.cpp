@@ -34,17 +34,16 @@ std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAt
   for (int64_t m : grid) {
     const GemmProblem routed = problem_at(m, "");
     // Each backend runs the problem in its own scale form (LinearPlan pads a block weight scale for
-    // cuBLASLt): the candidates of one form are timed side by side on one set of operands.
-    std::map<std::string, std::vector<std::pair<std::string, std::string>>> by_form;
-    std::map<std::string, GemmProblem> form;
+    // cuBLASLt): the candidates of one form (to_string names it) are timed side by side on one set
+    // of operands.
+    using Choices = std::vector<std::pair<std::string, std::string>>;
+    std::map<std::string, std::pair<GemmProblem, Choices>> by_form;
     for (const auto& c : router.probe_candidates(routed, opt.top)) {
       const GemmProblem p = problem_at(m, c.first);
-      const std::string key = to_string(p) + (p.sb_padded ? " padded" : "");
-      by_form[key].push_back(c);
-      form.emplace(key, p);
+      by_form.try_emplace(to_string(p), p, Choices{}).first->second.second.push_back(c);
     }
-    for (const auto& [key, choices] : by_form) {
-      const GemmProblem& p = form.at(key);
+    for (const auto& [key, form] : by_form) {
+      const auto& [p, choices] = form;
       const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), mo);
       const bench::GemmOperandSets ops = bench::make_gemm_operands(p, sets, 0x9B0Bull + uint64_t(m));
       const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);

@@ -25,6 +25,17 @@ constexpr size_t kBlendEntries = 5;
 // explain() calls a runner-up measured within this ratio of the choice a near-tie.
 constexpr double kNearTie = 1.03;
 
+// Why `supports` says backend/config cannot run p ("" when it can); a config this build does not
+// have (a table from another version) answers with the lookup's error.
+std::string why_not(const SupportsFn& supports, const std::string& backend, const std::string& config,
+                    const GemmProblem& p) {
+  try {
+    return supports(backend, config, p);
+  } catch (const Error& err) {
+    return err.what();
+  }
+}
+
 double log_distance(const TableEntry& e, const GemmProblem& p) {
   return std::abs(std::log(double(e.n)) - std::log(double(p.n))) +
          std::abs(std::log(double(e.k)) - std::log(double(p.k)));
@@ -340,13 +351,7 @@ std::vector<std::pair<std::string, std::string>> Router::probe_candidates(const 
   std::vector<std::pair<std::string, std::string>> out;
   const auto add = [&](const std::string& backend, const std::string& config) {
     if (std::find(out.begin(), out.end(), std::make_pair(backend, config)) != out.end()) return false;
-    std::string why;
-    try {
-      why = supports_(backend, config, p);
-    } catch (const Error& err) {  // a config this build does not have (a table from another version)
-      why = err.what();
-    }
-    if (!why.empty()) return false;
+    if (!why_not(supports_, backend, config, p).empty()) return false;
     out.emplace_back(backend, config);
     return true;
   };
@@ -377,12 +382,7 @@ Route Router::select(const GemmProblem& p) const {
     const std::vector<std::pair<std::string, std::string>> candidates = this->candidates(p);
     for (size_t i = 0; i < candidates.size(); ++i) {
       const auto& [backend, config] = candidates[i];
-      std::string why;
-      try {
-        why = supports_(backend, config, p);
-      } catch (const Error& err) {  // a config this build does not have (a table from another version)
-        why = err.what();
-      }
+      const std::string why = why_not(supports_, backend, config, p);
       if (why.empty()) {
         std::string how =
             source == Route::Source::nearest
@@ -487,12 +487,8 @@ std::string Router::explain(const GemmProblem& p) const {
     os << "measured candidates for " << entry_name(*e) << " at m=" << m << " (nearest measured M):\n";
     std::vector<const Measured*> runnable;  // the ranked candidates not skipped, best first
     for (size_t i = 0; i < ranked.size(); ++i) {
-      std::string why, what;
-      try {
-        why = supports_(ranked[i]->backend, ranked[i]->config, p);
-      } catch (const Error& err) {
-        why = err.what();
-      }
+      const std::string why = why_not(supports_, ranked[i]->backend, ranked[i]->config, p);
+      std::string what;
       // What a rank-named config (cuBLASLt's heuristicN) runs here, on this GPU's library.
       if (why.empty()) try {
           what = gemm_describe(ranked[i]->backend, ranked[i]->config, p);
