@@ -130,3 +130,52 @@ def test_tune_writes_a_resumable_raw_file_and_a_table(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resuming: 4 problems already done" in again.stdout, again.stdout
     assert len(raw.read_text().splitlines()) == len(lines)
+
+
+def test_probe_arguments_fail_before_any_work(tmp_path):
+    r = run("probe", "-o", str(tmp_path / "t.json"))
+    assert r.returncode == 2 and "--model" in r.stderr and "--shapes" in r.stderr, r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "fp8route-routing-table", "version": 1, "entries": [')
+    r = run("probe", "--model", "llama-3.1-8b", "--table", str(bad), "-o", str(tmp_path / "t.json"))
+    assert r.returncode == 2 and str(bad) in r.stderr, r.stderr  # no heuristic fallback: the table is the output's base
+    assert not (tmp_path / "t.json").exists()
+    if has_gpu():
+        r = run("probe", "--model", "llama-3.1-8b", "-o", str(tmp_path / "missing" / "t.json"))
+        assert r.returncode == 2 and "missing/t.json: cannot write (-o/--out-table)" in r.stderr, r.stderr
+        assert "probing" not in r.stdout
+    else:
+        r = run("probe", "--model", "llama-3.1-8b", "-o", str(tmp_path / "t.json"))
+        assert r.returncode == 2 and "probe needs a GPU" in r.stderr, r.stderr
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_probe_writes_a_table_that_routes_by_its_timings(tmp_path):
+    if not has_gpu():
+        pytest.skip("no CUDA device (probe needs one)")
+    shapes, out = tmp_path / "shapes.txt", tmp_path / "t.json"
+    shapes.write_text("1536 5120 unseen\n")  # no tensor entry of this (N, K) in routes/h200.json
+    shipped = json.loads(open(os.path.join(ROOT, "routes", "h200.json")).read())
+    assert not [e for e in shipped["entries"] if (e["scale"], e["n"], e["k"]) == ("tensor", 1536, 5120)]
+    args = ("probe", "--shapes", str(shapes), "--m", "1,64", "--scale", "tensor", "--reps", "5", "--instances", "1",
+            "-o", str(out))
+    r = run(*args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "of 2 probed problems route differently from the input table" in r.stdout, r.stdout
+    table = json.loads(out.read_text())
+    assert table["stamp"] == shipped["stamp"]
+    new = [e for e in table["entries"] if (e["scale"], e["n"], e["k"]) == ("tensor", 1536, 5120)]
+    assert len(new) == 1 and [e for e in table["entries"] if e is not new[0]] == shipped["entries"]
+    measured = new[0]["measured"]
+    assert {m for m, _, _, _ in measured} == {1, 64} and len(measured) >= 4
+    for m in (1, 64):  # each M routes to its fastest timing
+        best = min((rec for rec in measured if rec[0] == m), key=lambda rec: rec[3])
+        bp = next(b for b in new[0]["breakpoints"] if b[0] >= m)
+        assert bp[1:] == best[1:3], (m, bp, best)
+        ex = run("explain", "--table", str(out), "--m", str(m), "--n", "1536", "--k", "5120", "--scale", "tensor")
+        assert ex.returncode == 0 and "source: exact" in ex.stdout, ex.stdout
+        assert f"choice: {best[1]}/{best[2]}\n" in ex.stdout, ex.stdout
+    # Probed from the written table: every M now has an exact entry, so nothing is timed again.
+    again = run(*args[:-1], str(tmp_path / "t2.json"), "--table", str(out))
+    assert again.returncode == 0 and "probed: 0 timings" in again.stdout, again.stdout
+    assert json.loads((tmp_path / "t2.json").read_text()) == table

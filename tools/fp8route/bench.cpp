@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -179,39 +178,6 @@ void write_records(const std::string& path, const nlohmann::json& records) {
   FP8ROUTE_CHECK_CAT(!ec, ErrorCategory::io_error, path << ": cannot write (--json): " << ec.message());
 }
 
-// --probe: every shape of the workload probed on this GPU at the workload's M (probe_shape), the
-// records merged into the router the bench then routes by.
-std::shared_ptr<const Router> probe_workload(const Workload& w, const Router& router, const BenchOptions& opt) {
-  ProbeOptions po;
-  po.m_grid = w.m_grid, po.top = static_cast<size_t>(opt.probe_top), po.always = opt.probe == "always";
-  po.reps = opt.shapes.reps, po.instances = opt.shapes.instances;
-  std::printf("probing %zu shapes x %zu scale kinds at %zu M (%s; the table's %d best candidates, every cuBLASLt and "
-              "skinny config, the heuristic's choice)\n",
-              w.layers.size(), w.scales.size(), w.m_grid.size(), po.always ? "every M" : "M without an exact entry",
-              opt.probe_top);
-  std::vector<MeasurementRecord> all;
-  const auto t0 = std::chrono::steady_clock::now();
-  size_t done = 0;
-  for (const bench::LayerShape& l : w.layers)
-    for (ScaleKind sk : w.scales) {
-      const auto s0 = std::chrono::steady_clock::now();
-      const std::vector<MeasurementRecord> recs = probe_shape(
-          router, [&](int64_t m, const std::string&) { return make_problem(m, l.n, l.k, sk, w.out); }, po);
-      std::set<int64_t> ms;
-      for (const MeasurementRecord& r : recs) ms.insert(r.m);
-      all.insert(all.end(), recs.begin(), recs.end());
-      ++done;
-      const auto since = [](auto t) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(); };
-      std::printf("  probe %-30s %-6s n=%-6lld k=%-6lld %3zu timings at %2zu M in %5.1fs  [%zu/%zu eta %.0fs]\n",
-                  (l.model + "/" + l.layer + " tp" + std::to_string(l.tp)).c_str(), std::string(name(sk)).c_str(),
-                  (long long)l.n, (long long)l.k, recs.size(), ms.size(), since(s0), done,
-                  w.layers.size() * w.scales.size(), since(t0) / done * (w.layers.size() * w.scales.size() - done));
-      std::fflush(stdout);
-    }
-  std::printf("probed: %zu timings; the routed GEMM below routes by them\n\n", all.size());
-  return std::make_shared<const Router>(router.with_measurements(all));
-}
-
 }  // namespace
 
 int run_bench(const BenchOptions& opt) {
@@ -253,7 +219,11 @@ int run_bench(const BenchOptions& opt) {
                                  : "");
   const bench::MeasureOptions mo = measure_options(opt.shapes);
   if (opt.probe != "off") {
-    router = probe_workload(w, *router, opt);
+    ProbeOptions po;
+    po.m_grid = w.m_grid, po.top = static_cast<size_t>(opt.probe_top), po.always = opt.probe == "always";
+    po.reps = opt.shapes.reps, po.instances = opt.shapes.instances;
+    router = std::make_shared<const Router>(router->with_measurements(probe_workload(w, *router, po)));
+    std::printf("the routed GEMM below routes by these timings\n\n");
     set_default_router(router);  // what the routed scaled_mm() below runs
   }
   std::vector<Result> results;

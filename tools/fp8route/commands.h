@@ -61,6 +61,15 @@ struct BenchOptions {
 };
 int run_bench(const BenchOptions& opt);
 
+struct ProbeCommandOptions {
+  ShapeOptions shapes;    // --model or --shapes required; --m "" = ProbeOptions' grid (the catalog's M to 4096)
+  std::string table;      // the input table ("" = the default table)
+  std::string out_table;  // the table written: the input with the probe's timings merged
+  int top = 5;            // ProbeOptions::top
+  bool always = false;    // ProbeOptions::always
+};
+int run_probe(const ProbeCommandOptions& opt);
+
 struct CheckOptions {
   bool quick = false;
 };

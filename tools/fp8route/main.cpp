@@ -110,6 +110,23 @@ int main(int argc, char** argv) {
   tune_cmd->add_flag("--fresh", tune.fresh, "start over instead of resuming from the raw file");
   tune_cmd->add_flag("--build-only", tune.build_only, "measure nothing: write the table from the raw file (no GPU needed)");
 
+  ProbeCommandOptions probe;
+  CLI::App* probe_cmd = app.add_subcommand(
+      "probe", "time a model's routing candidates on this GPU and write a routing table that routes by them");
+  add_shape_options(probe_cmd, probe.shapes, "none: --model or --shapes is required");
+  probe.shapes.instances = 4;  // ProbeOptions' default
+  probe_cmd->get_option("--instances")->default_str("4");
+  probe_cmd->get_option("--m")->description("M values, comma-separated (default: the catalog's m_grid up to 4096)");
+  probe_cmd->add_option("--table", probe.table, "the input table (default: $FP8ROUTE_TABLE, else routes/h200.json)");
+  probe_cmd->add_option("-o,--out-table", probe.out_table, "the routing table to write: the input with the timings merged")
+      ->required();
+  probe_cmd->add_option("--top", probe.top, "the table's candidates timed per M (with every cuBLASLt and skinny "
+                                            "config and the heuristic's choice)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  probe_cmd->add_flag("--always", probe.always,
+                      "time every M, not only those the table has no exact entry for (settles this GPU's near-ties)");
+
   CheckOptions check;
   CLI::App* check_cmd = app.add_subcommand("check", "quick correctness self-test of every backend on this GPU");
   check_cmd->add_flag("--quick", check.quick, "fewer shapes");
@@ -121,6 +138,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand(bench_cmd)) return run_bench(bench);
     if (app.got_subcommand(tune_cmd)) return run_tune(tune);
     if (app.got_subcommand(check_cmd)) return run_check(check);
+    if (app.got_subcommand(probe_cmd)) return run_probe(probe);
     BenchOptions main_job;
     main_job.main_job = true;
     return run_bench(main_job);

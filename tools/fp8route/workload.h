@@ -10,6 +10,7 @@
 #include "bench/shapes.h"
 #include "commands.h"
 #include "fp8route/dtype.h"
+#include "fp8route/route.h"
 #include "fp8route/scale_kind.h"
 
 namespace fp8route::cli {
@@ -29,6 +30,10 @@ Workload select_workload(const ShapeOptions& opt, const std::string& default_mod
 
 // The measurement options of --reps and --instances (the rest at their defaults).
 bench::MeasureOptions measure_options(const ShapeOptions& opt);
+
+// probe_shape (route.h) of every layer and scale kind of the workload at po's M, with a progress
+// line per shape: the timings, for Router::with_measurements (bench --probe, probe).
+std::vector<MeasurementRecord> probe_workload(const Workload& w, const Router& router, const ProbeOptions& po);
 
 // "1,16,4096" -> {1, 16, 4096}; each value must be an integer >= min.
 std::vector<int64_t> parse_int_list(const std::string& s, const char* option, int64_t min = 1);
