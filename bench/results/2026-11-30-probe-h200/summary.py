@@ -23,8 +23,8 @@ RUNS = [  # (folder, json name, what)
      ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-72b", "deepseek-v3", "minimax-h3-like"]]
 
 
-def load(folder, name):
-    with tarfile.open(os.path.join(HERE, folder, "json.tar.gz")) as t:
+def load(here, folder, name):
+    with tarfile.open(os.path.join(here, folder, "json.tar.gz")) as t:
         return json.load(io.TextIOWrapper(t.extractfile("json/" + name)))
 
 
@@ -32,14 +32,19 @@ def band(m):
     return "decode" if m <= 16 else "middle" if m < 1024 else "prefill"
 
 
-def main():
+def summarize(here, runs, band=band):
+    """The summary lines of runs, as text: each run (folder under here, json name, what), or ([(folder,
+    json name), ...], what) for the problems of several JSONs together. band(m) names the M band of
+    routed/cuBLASLt ("decode", "middle", "prefill", or None: in no band)."""
     lines = ["run                                         problems  >3%  >20%  worst  geomean(routed/best)  "
              "routed/cuBLASLt decode middle prefill"]
-    for folder, name, what in RUNS:
+    for run in runs:
+        sources, what = (run[0], run[1]) if len(run) == 2 else ([run[:2]], run[2])
         problems = collections.defaultdict(dict)
-        for r in load(folder, name):
-            key = (r["layer"], r["scale"], r["m"])
-            problems[key]["routed" if r["routed"] else r["backend"]] = r["us"]
+        for folder, name in sources:
+            for r in load(here, folder, name):
+                key = (r["model"], r["tp"], r["layer"], r["scale"], r["m"])
+                problems[key]["routed" if r["routed"] else r["backend"]] = r["us"]
         over3 = over20 = 0
         worst, logs = 1.0, []
         vs_lt = collections.defaultdict(list)
@@ -50,13 +55,17 @@ def main():
             over20 += ratio > 1.20
             worst = max(worst, ratio)
             logs.append(math.log(ratio))
-            if "cublaslt" in t:
-                vs_lt[band(key[2])].append(math.log(t["cublaslt"] / t["routed"]))
+            if "cublaslt" in t and band(key[-1]):
+                vs_lt[band(key[-1])].append(math.log(t["cublaslt"] / t["routed"]))
         g = {b: (f"{math.exp(sum(v) / len(v)):.3f}" if v else "-") for b, v in vs_lt.items()}
         lines.append(f"{what:<44}{len(problems):>8} {over3:>4} {over20:>5} {worst:>6.3f} "
                      f"{math.exp(sum(logs) / len(logs)):>12.4f}          "
                      f"{g.get('decode', '-'):>14} {g.get('middle', '-'):>6} {g.get('prefill', '-'):>7}")
-    text = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    text = summarize(HERE, RUNS)
     open(os.path.join(HERE, "summary.txt"), "w").write(text)
     print(text, end="")
 
