@@ -10,6 +10,7 @@ from .ops import (
     explain,
     load_table,
     save_table,
+    probe,
     masked_per_token_group_quant,
     masked_silu_and_mul_per_token_group_quant,
     per_tensor_quant,
@@ -36,7 +37,7 @@ def _use_packaged_table():
 _use_packaged_table()
 
 __all__ = [
-    "explain", "load_table", "save_table", "table_info", "quant_layout", "per_token_group_quant",
+    "explain", "load_table", "save_table", "probe", "table_info", "quant_layout", "per_token_group_quant",
     "silu_and_mul_per_token_group_quant", "masked_per_token_group_quant",
     "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "per_token_quant",
     "per_tensor_quant", "scaled_mm", "__version__",

@@ -173,6 +173,30 @@ def save_table(path, timings=()):
     lib.save_table(str(path), json.dumps(list(timings)))
 
 
+def probe(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", m_grid=None, top=5, always=False):
+    """Times the routing candidates of each (N, K) of `shapes` on this GPU, for every scale kind of
+    `scales`, and routes scaled_mm() by those times from then on (the process-wide router; the
+    load-time probe of Fp8Linear.probe, for callers of scaled_mm). At the M of m_grid (default
+    1..4096, the catalog's grid) where the table has no exact entry for the shape, or at every M with
+    always=True; per M the table's `top` best guesses, every cuBLASLt and skinny config and the
+    heuristic's choice. Load-time work: call it before serving and before capturing graphs. Returns
+    the timings (a list of dicts: m, n, k, scale, out, backend, config, us), empty when no M needed
+    one; save_table(path) keeps the table with them for the next process. Needs a GPU (RuntimeError
+    otherwise, unless nothing needs timing); ValueError names a bad argument."""
+    pairs = []
+    for shape in shapes:
+        try:
+            n, k = (int(v) for v in shape)
+        except (TypeError, ValueError):
+            raise ValueError(f"shapes: (N, K) pairs expected, got {shape!r}") from None
+        pairs.append(f"{n},{k}")
+    if isinstance(scales, str):
+        scales = [scales]
+    grid = "" if m_grid is None else ",".join(str(int(m)) for m in m_grid)
+    return json.loads(str(lib.probe_shapes(";".join(pairs), ",".join(scales), _out_name(out_dtype), grid, int(top),
+                                           bool(always))))
+
+
 def table_info():
     """The routing table in use: {"path", "entries", "stamp", "load_error"}."""
     info = json.loads(str(lib.table_info()))

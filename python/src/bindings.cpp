@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -316,31 +317,73 @@ String linear_plan_explain(int64_t h, int64_t m) {
   return guarded([&] { return String(plan(h).explain(m)); });
 }
 
-// LinearPlan::probe; m_grid "1,16,96" ("" = ProbeOptions' default). The records as a JSON list.
-String linear_plan_probe(int64_t h, String m_grid, int64_t top, bool always) {
-  return guarded([&] {
-    fp8route::ProbeOptions opt;
-    if (!std::string(m_grid).empty()) {
-      opt.m_grid.clear();
-      std::stringstream ss{std::string(m_grid)};
-      for (std::string item; std::getline(ss, item, ',');) {
-        try {
-          size_t used = 0;
-          opt.m_grid.push_back(std::stoll(item, &used));
-          FP8ROUTE_CHECK(used == item.size(), "m_grid: integers expected, got '" << item << "'");
-        } catch (const std::logic_error&) {
-          FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument, "m_grid: integers expected, got '" << item << "'");
-        }
+// ProbeOptions from the Python arguments; m_grid "1,16,96" ("" = ProbeOptions' default).
+fp8route::ProbeOptions probe_options(const std::string& m_grid, int64_t top, bool always) {
+  fp8route::ProbeOptions opt;
+  if (!m_grid.empty()) {
+    opt.m_grid.clear();
+    std::stringstream ss{m_grid};
+    for (std::string item; std::getline(ss, item, ',');) {
+      try {
+        size_t used = 0;
+        opt.m_grid.push_back(std::stoll(item, &used));
+        FP8ROUTE_CHECK(used == item.size(), "m_grid: integers expected, got '" << item << "'");
+      } catch (const std::logic_error&) {
+        FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument, "m_grid: integers expected, got '" << item << "'");
       }
     }
-    FP8ROUTE_CHECK(top >= 1, "top: at least 1, got " << top);
-    opt.top = static_cast<size_t>(top), opt.always = always;
-    nlohmann::json out = nlohmann::json::array();
-    for (const fp8route::MeasurementRecord& r : plan(h).probe(opt))
-      out.push_back({{"m", r.m}, {"n", r.n}, {"k", r.k}, {"scale", std::string(fp8route::name(r.scale))},
-                     {"out", std::string(fp8route::dtype_name(r.out))},
-                     {"backend", r.backend}, {"config", r.config}, {"us", r.us}});
-    return String(out.dump());
+  }
+  FP8ROUTE_CHECK(top >= 1, "top: at least 1, got " << top);
+  opt.top = static_cast<size_t>(top), opt.always = always;
+  return opt;
+}
+
+// Probe records as a JSON list of dicts (what save_table() reads back).
+String records_json(const std::vector<fp8route::MeasurementRecord>& records) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const fp8route::MeasurementRecord& r : records)
+    out.push_back({{"m", r.m}, {"n", r.n}, {"k", r.k}, {"scale", std::string(fp8route::name(r.scale))},
+                   {"out", std::string(fp8route::dtype_name(r.out))},
+                   {"backend", r.backend}, {"config", r.config}, {"us", r.us}});
+  return String(out.dump());
+}
+
+// LinearPlan::probe. The records as a JSON list.
+String linear_plan_probe(int64_t h, String m_grid, int64_t top, bool always) {
+  return guarded([&] { return records_json(plan(h).probe(probe_options(std::string(m_grid), top, always))); });
+}
+
+// fp8route.probe(): probe_shape of every (N, K) of `shapes` ("N,K;N,K") at every scale kind of
+// `scales` ("tensor,row") with the process-wide router, which then routes by the timings
+// (set_default_router: scaled_mm's cached routes are dropped). The records as a JSON list.
+String probe_shapes(String shapes, String scales, String out, String m_grid, int64_t top, bool always) {
+  return guarded([&] {
+    const fp8route::ProbeOptions opt = probe_options(std::string(m_grid), top, always);
+    const fp8route::DType out_dtype = fp8route::parse_dtype(std::string(out), "out_dtype");
+    std::vector<fp8route::ScaleKind> kinds;
+    std::stringstream ks{std::string(scales)};
+    for (std::string item; std::getline(ks, item, ',');) kinds.push_back(fp8route::parse_scale_kind(item));
+    FP8ROUTE_CHECK(!kinds.empty(), "scales: at least one of tensor, row, block");
+    std::vector<std::pair<int64_t, int64_t>> nk;
+    std::stringstream ss{std::string(shapes)};
+    for (std::string item; std::getline(ss, item, ';');) {
+      long long n = 0, k = 0;
+      char extra = 0;
+      FP8ROUTE_CHECK(std::sscanf(item.c_str(), "%lld,%lld%c", &n, &k, &extra) == 2 && n >= 1 && k >= 1,
+                     "shapes: (N, K) pairs of integers >= 1 expected, got '" << item << "'");
+      nk.emplace_back(n, k);
+    }
+    FP8ROUTE_CHECK(!nk.empty(), "shapes: at least one (N, K)");
+    const auto router = fp8route::default_router();
+    std::vector<fp8route::MeasurementRecord> all;
+    for (const auto& [n, k] : nk)
+      for (fp8route::ScaleKind sk : kinds) {
+        const auto recs = fp8route::probe_shape(
+            *router, [&](int64_t m, const std::string&) { return fp8route::make_problem(m, n, k, sk, out_dtype); }, opt);
+        all.insert(all.end(), recs.begin(), recs.end());
+      }
+    if (!all.empty()) fp8route::set_default_router(std::make_shared<const fp8route::Router>(router->with_measurements(all)));
+    return records_json(all);
   });
 }
 
@@ -371,3 +414,4 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_route, linear_plan_route);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_explain, linear_plan_explain);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_probe, linear_plan_probe);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_free, linear_plan_free);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(probe_shapes, probe_shapes);

@@ -120,3 +120,22 @@ def test_explain_output_is_the_cli_format():
     text = fp8route.explain(1, 4096, 4096, scale="tensor")
     assert "measured candidates for tensor bf16 n=4096 k=4096" in text
     json.dumps(fp8route.table_info())  # plain data
+
+
+def test_probe_arguments():
+    # fp8route.probe: bad arguments are ValueErrors naming them; a grid whose every M has an exact
+    # entry times nothing (no GPU needed); any M to time needs a GPU.
+    for kwargs, match in [(dict(shapes=[(1536,)]), "shapes"), (dict(shapes=[(0, 5120)]), "shapes"),
+                          (dict(shapes=[(1536, 5120)], scales="col"), "scale"),
+                          (dict(shapes=[(1536, 5120)], m_grid=[0]), "m_grid"),
+                          (dict(shapes=[(1536, 5120)], top=0), "top"),
+                          (dict(shapes=[(1536, 5120)], out_dtype="f32"), "out_dtype"),
+                          (dict(shapes=[]), "shapes")]:
+        with pytest.raises(ValueError, match=match):
+            fp8route.probe(**kwargs)
+    fp8route.load_table(os.path.join(ROOT, "routes", "h200.json"))
+    assert "source: exact" in fp8route.explain(64, 4096, 4096, scale="tensor")
+    assert fp8route.probe([(4096, 4096)], scales="tensor", m_grid=[64]) == []
+    if "no GPU here" in fp8route.explain(64, 1536, 5120, scale="tensor"):
+        with pytest.raises(RuntimeError, match="needs a GPU"):
+            fp8route.probe([(1536, 5120)], scales="tensor", m_grid=[64])

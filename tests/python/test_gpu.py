@@ -4,6 +4,8 @@ both divisions tensor by tensor, because torch computes tensor / scalar and scal
 multiplication by a reciprocal, which is not the correctly rounded quotient NUMERICS.md asks for),
 scaled_mm against an fp64 matmul of the dequantized operands, Fp8Linear eager, under torch.compile
 and under CUDA-graph capture. Skipped (with the reason) without torch or a CUDA device."""
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the GPU tests use it)")
@@ -13,6 +15,8 @@ if not torch.cuda.is_available():
 import fp8route  # noqa: E402
 
 DEV = "cuda"
+ROOT = os.environ.get("FP8ROUTE_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 QMAX = 448.0
 
 
@@ -197,3 +201,27 @@ def test_torch_library_ops_registered():
     one = torch.ones(1, device=DEV)
     y = torch.ops.fp8route.scaled_mm(a, b, one, one, None, torch.bfloat16, "tensor")
     assert y.shape == (8, 16) and y.dtype == torch.bfloat16
+
+
+def test_probe_routes_scaled_mm_by_its_timings():
+    # 1536 x 5120 has no tensor entry: fp8route.probe times it here and scaled_mm routes by the times.
+    shipped = os.path.join(ROOT, "routes", "h200.json")
+    fp8route.load_table(shipped)
+    try:
+        assert "source: nearest" in fp8route.explain(64, 1536, 5120, scale="tensor")
+        timings = fp8route.probe([(1536, 5120)], scales="tensor", m_grid=[1, 64])
+        assert {t["m"] for t in timings} == {1, 64}
+        assert all((t["n"], t["k"], t["scale"]) == (1536, 5120, "tensor") and t["us"] > 0 for t in timings)
+        for m in (1, 64):
+            fastest = min((t for t in timings if t["m"] == m), key=lambda t: t["us"])
+            text = fp8route.explain(m, 1536, 5120, scale="tensor")
+            assert "source: exact" in text and f"choice: {fastest['backend']}/{fastest['config']}\n" in text, text
+        assert fp8route.probe([(1536, 5120)], scales="tensor", m_grid=[1, 64]) == []  # nothing left to time
+        a = (torch.randn(64, 5120, device=DEV) * 4).to(torch.float8_e4m3fn)
+        b = (torch.randn(1536, 5120, device=DEV) * 4).to(torch.float8_e4m3fn)
+        sa, sb = torch.rand(1, device=DEV) + 0.5, torch.rand(1, device=DEV) + 0.5
+        y = fp8route.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, scale="tensor")
+        want = dequant_mm(a, b, sa, sb, "tensor")
+        assert ((y.double() - want).norm() / want.norm()).item() < 1e-2
+    finally:
+        fp8route.load_table(shipped)
