@@ -179,7 +179,8 @@ def probe(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", m_grid=No
     load-time probe of Fp8Linear.probe, for callers of scaled_mm). At the M of m_grid (default
     1..4096, the catalog's grid) where the table has no exact entry for the shape, or at every M with
     always=True; per M the table's `top` best guesses, every cuBLASLt and skinny config and the
-    heuristic's choice. Load-time work: call it before serving and before capturing graphs. Returns
+    heuristic's choice. Load-time work: call it before serving and before capturing graphs. An
+    Fp8Linear made before the call keeps the routes it was made with (use its own probe()). Returns
     the timings (a list of dicts: m, n, k, scale, out, backend, config, us), empty when no M needed
     one; save_table(path) keeps the table with them for the next process. Needs a GPU (RuntimeError
     otherwise, unless nothing needs timing); ValueError names a bad argument."""
