@@ -95,7 +95,8 @@ int run_probe(const ProbeCommandOptions& opt) {
   {  // a bad output path fails now, not after the probe (a file made to find out is removed again)
     const bool existed = std::filesystem::exists(opt.out_table);
     const bool ok = std::ofstream(opt.out_table, std::ios::app).good();
-    if (!existed) std::filesystem::remove(opt.out_table);
+    std::error_code ec;
+    if (!existed) std::filesystem::remove(opt.out_table, ec);
     FP8ROUTE_CHECK_CAT(ok, ErrorCategory::io_error, opt.out_table << ": cannot write (-o/--out-table)");
   }
   ProbeOptions po;
