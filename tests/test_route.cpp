@@ -207,7 +207,9 @@ TEST(Route, HeldOutModelProbedWithin20Percent) {
 // the worst neighbour instead of the geomean (97, 130); each neighbour's times scaled by a
 // roofline-with-tiles estimate (waves of tiles, stream-K work split, HBM bytes; 93-177); each
 // neighbour's rankings at its 1 or 2 adjacent measured M as well (85, 110); neighbours weighted by
-// 1 / log-distance (86). 17 of the 85 are cuBLASLt heuristicN wins, which a rank cannot carry to
+// 1 / log-distance (86); in the eleventh session, risk penalties on the neighbours' time ratios
+// (mean log ratio + 0.5 or 1 x their spread, + 0.5 x their largest, the sum of squared log ratios,
+// a hinge on ratios over 1.05 or 1.1: 79-83). 17 of the 85 are cuBLASLt heuristicN wins, which a rank cannot carry to
 // another shape. A denser catalog (a grid of measured shapes), or cuBLASLt algorithms by attributes
 // (gemm_describe) run on new shapes, are the levers left.
 // With the load-time probe (HeldOutModelProbedWithin20Percent above: the table's 5 best guesses and
