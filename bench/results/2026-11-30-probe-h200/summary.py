@@ -28,6 +28,16 @@ def load(here, folder, name):
         return json.load(io.TextIOWrapper(t.extractfile("json/" + name)))
 
 
+def problems_of(here, sources):
+    """{(model, tp, layer, scale, m): {"routed" or backend: us}} of the bench JSONs [(folder, name)]."""
+    problems = collections.defaultdict(dict)
+    for folder, name in sources:
+        for r in load(here, folder, name):
+            key = (r["model"], r["tp"], r["layer"], r["scale"], r["m"])
+            problems[key]["routed" if r["routed"] else r["backend"]] = r["us"]
+    return problems
+
+
 def band(m):
     return "decode" if m <= 16 else "middle" if m < 1024 else "prefill"
 
@@ -40,11 +50,7 @@ def summarize(here, runs, band=band):
              "routed/cuBLASLt decode middle prefill"]
     for run in runs:
         sources, what = (run[0], run[1]) if len(run) == 2 else ([run[:2]], run[2])
-        problems = collections.defaultdict(dict)
-        for folder, name in sources:
-            for r in load(here, folder, name):
-                key = (r["model"], r["tp"], r["layer"], r["scale"], r["m"])
-                problems[key]["routed" if r["routed"] else r["backend"]] = r["us"]
+        problems = problems_of(here, sources)
         over3 = over20 = 0
         worst, logs = 1.0, []
         vs_lt = collections.defaultdict(list)

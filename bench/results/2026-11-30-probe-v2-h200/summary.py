@@ -31,13 +31,9 @@ def scale_bands(runs):
     lines = ["routed / cuBLASLt alone (geomean; decode / middle / prefill)"]
     for sources, what in runs:
         logs = collections.defaultdict(list)
-        for folder, name in sources:
-            t = collections.defaultdict(dict)
-            for r in probe_summary.load(HERE, folder, name):
-                t[(r["layer"], r["scale"], r["m"])]["routed" if r["routed"] else r["backend"]] = r["us"]
-            for (layer, scale, m), us in t.items():
-                if "cublaslt" in us and issue_band(m):
-                    logs[(scale, issue_band(m))].append(math.log(us["cublaslt"] / us["routed"]))
+        for (model, tp, layer, scale, m), us in probe_summary.problems_of(HERE, sources).items():
+            if "cublaslt" in us and issue_band(m):
+                logs[(scale, issue_band(m))].append(math.log(us["cublaslt"] / us["routed"]))
         for scale in ("row", "block", "tensor"):
             g = [math.exp(sum(v) / len(v)) for v in (logs[(scale, b)] for b in ("decode", "middle", "prefill"))]
             lines.append(f"{what:<40} {scale:<7} " + " / ".join(f"{x:.3f}x" for x in g))
