@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -99,7 +100,7 @@ class LinearPlan {
   DeviceBuffer prepared_scale_;  // the expanded or padded weight scale, when the layout needs one
   TensorView prepared_scale_view_;
   std::shared_ptr<const Router> router_;
-  std::vector<int64_t> probed_m_;  // the M probe() measured
+  std::set<int64_t> probed_m_;  // the M probe() measured
   struct Cache;
   std::shared_ptr<Cache> cache_;
 };

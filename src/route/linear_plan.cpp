@@ -177,9 +177,7 @@ std::vector<MeasurementRecord> LinearPlan::probe(const ProbeOptions& opt) {
       *router_, [this](int64_t m, const std::string& backend) { return layout_.problem(m, 16, backend); }, opt);
   if (records.empty()) return records;
   router_ = std::make_shared<const Router>(router_->with_measurements(records));
-  for (const MeasurementRecord& r : records)
-    if (std::find(probed_m_.begin(), probed_m_.end(), r.m) == probed_m_.end()) probed_m_.push_back(r.m);
-  std::sort(probed_m_.begin(), probed_m_.end());
+  for (const MeasurementRecord& r : records) probed_m_.insert(r.m);
   std::lock_guard<std::mutex> lock(cache_->mu);
   cache_->by_m.clear();
   return records;
@@ -223,7 +221,7 @@ std::string LinearPlan::explain(int64_t m) const {
   os << "\ntable slice: " << router_->table().entries.size() << " entries\n";
   if (!probed_m_.empty()) {
     os << "probed on this GPU (its times replace the table's for this shape) at m=";
-    for (size_t i = 0; i < probed_m_.size(); ++i) os << (i ? "," : "") << probed_m_[i];
+    for (int64_t m : probed_m_) os << (m == *probed_m_.begin() ? "" : ",") << m;
     os << "\n";
   }
   os << router_->explain(l.problem(m, 16, route(m).backend));
