@@ -575,6 +575,28 @@ TEST(Route, ProbeShapeWithoutGpu) {
   expect_error([&] { probe_shape(router, at(5120, 3000), opt); }, ErrorCategory::unsupported, "needs a GPU");
 }
 
+// probe_shapes walks every (N, K) at every scale kind in order, reporting each; with every M exact in
+// the table nothing is timed (no GPU needed), and a shape needing timing without a GPU throws.
+TEST(Route, ProbeShapesReportsEachShapeInOrder) {
+  const Router router(build_routing_table(h200_records(), h200_stamp()), measured_on_h200());
+  std::vector<std::tuple<size_t, ScaleKind, size_t, size_t>> seen;  // shape, scale, done, total
+  const auto recs = probe_shapes(router, {{4096, 4096}, {4096, 4096}}, {ScaleKind::row, ScaleKind::tensor},
+                                 DType::bf16, ProbeOptions{}, [&](const ProbedShape& s) {
+                                   ASSERT_NE(s.records, nullptr);
+                                   EXPECT_TRUE(s.records->empty());
+                                   seen.emplace_back(s.shape, s.scale, s.done, s.total);
+                                 });
+  EXPECT_TRUE(recs.empty());
+  using T = std::tuple<size_t, ScaleKind, size_t, size_t>;
+  EXPECT_EQ(seen, (std::vector<T>{T{0, ScaleKind::row, 1, 4}, T{0, ScaleKind::tensor, 2, 4},
+                                  T{1, ScaleKind::row, 3, 4}, T{1, ScaleKind::tensor, 4, 4}}));
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present (its probes are timed in LinearPlanGpu and test_cli)";
+  ProbeOptions opt;
+  opt.m_grid = {16};
+  expect_error([&] { probe_shapes(router, {{5120, 3000}}, {ScaleKind::row}, DType::bf16, opt); },
+               ErrorCategory::unsupported, "needs a GPU");
+}
+
 // A CUTLASS config's time steps with its tiles along M: M = 17 runs two 16-row tiles, as M = 32
 // does, so a config twice as slow at 32 is as slow at 17 (interpolation in M would put it at
 // ~10.6 us and choose it).

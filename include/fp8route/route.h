@@ -197,6 +197,24 @@ using ProblemAtM = std::function<GemmProblem(int64_t m, const std::string& backe
 std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAtM& problem_at,
                                            const ProbeOptions& opt = {});
 
+// One (N, K) at one scale kind done by probe_shapes: its place in the run, what it timed and how long
+// that took.
+struct ProbedShape {
+  size_t shape = 0;  // index into probe_shapes' `shapes`
+  ScaleKind scale = ScaleKind::tensor;
+  size_t done = 0, total = 0;  // (N, K, scale kind) probed so far, including this one, and in all
+  double seconds = 0;
+  const std::vector<MeasurementRecord>* records = nullptr;  // this one's timings
+};
+using ProbeProgress = std::function<void(const ProbedShape&)>;
+
+// probe_shape of every (N, K) of `shapes` at every scale kind of `scales` (out dtype `out`), one
+// after the other, `progress` called after each: the timings of all, for Router::with_measurements.
+// `fp8route probe`, `fp8route bench --probe` and Python's fp8route.probe() run this.
+std::vector<MeasurementRecord> probe_shapes(const Router& router, const std::vector<std::pair<int64_t, int64_t>>& shapes,
+                                            const std::vector<ScaleKind>& scales, DType out,
+                                            const ProbeOptions& opt = {}, const ProbeProgress& progress = {});
+
 // The process-wide router that scaled_mm(args, stream) uses. Made on first use from
 // default_table_path() with Router::from_file (a table that does not load leaves it routing by
 // gemm_select(), the error kept in load_error()). Thread-safe; the returned router stays valid

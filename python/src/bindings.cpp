@@ -375,13 +375,7 @@ String probe_shapes(String shapes, String scales, String out, String m_grid, int
     }
     FP8ROUTE_CHECK(!nk.empty(), "shapes: at least one (N, K)");
     const auto router = fp8route::default_router();
-    std::vector<fp8route::MeasurementRecord> all;
-    for (const auto& [n, k] : nk)
-      for (fp8route::ScaleKind sk : kinds) {
-        const auto recs = fp8route::probe_shape(
-            *router, [&](int64_t m, const std::string&) { return fp8route::make_problem(m, n, k, sk, out_dtype); }, opt);
-        all.insert(all.end(), recs.begin(), recs.end());
-      }
+    const std::vector<fp8route::MeasurementRecord> all = fp8route::probe_shapes(*router, nk, kinds, out_dtype, opt);
     if (!all.empty()) fp8route::set_default_router(std::make_shared<const fp8route::Router>(router->with_measurements(all)));
     return records_json(all);
   });

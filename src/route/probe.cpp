@@ -1,6 +1,7 @@
 // probe_shape (route.h): a shape's routing candidates timed on this GPU at load time.
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "bench/gemm_operands.h"
@@ -54,6 +55,26 @@ std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAt
     }
   }
   return out;
+}
+
+std::vector<MeasurementRecord> probe_shapes(const Router& router, const std::vector<std::pair<int64_t, int64_t>>& shapes,
+                                            const std::vector<ScaleKind>& scales, DType out, const ProbeOptions& opt,
+                                            const ProbeProgress& progress) {
+  std::vector<MeasurementRecord> all;
+  ProbedShape step;
+  step.total = shapes.size() * scales.size();
+  for (size_t i = 0; i < shapes.size(); ++i)
+    for (ScaleKind sk : scales) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto [n, k] = shapes[i];
+      const std::vector<MeasurementRecord> recs =
+          probe_shape(router, [&](int64_t m, const std::string&) { return make_problem(m, n, k, sk, out); }, opt);
+      all.insert(all.end(), recs.begin(), recs.end());
+      step.shape = i, step.scale = sk, ++step.done, step.records = &recs;
+      step.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (progress) progress(step);
+    }
+  return all;
 }
 
 }  // namespace fp8route

@@ -22,26 +22,20 @@ std::vector<MeasurementRecord> probe_workload(const Workload& w, const Router& r
               "skinny config, the heuristic's choice; %d replays, %d graph instances)\n",
               w.layers.size(), w.scales.size(), po.m_grid.size(), po.always ? "every M" : "M without an exact entry",
               po.top, po.reps, po.instances);
-  std::vector<MeasurementRecord> all;
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const bench::LayerShape& l : w.layers) shapes.emplace_back(l.n, l.k);
   const auto t0 = std::chrono::steady_clock::now();
   const auto since = [](auto t) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(); };
-  const size_t total = w.layers.size() * w.scales.size();
-  size_t done = 0;
-  for (const bench::LayerShape& l : w.layers)
-    for (ScaleKind sk : w.scales) {
-      const auto s0 = std::chrono::steady_clock::now();
-      const std::vector<MeasurementRecord> recs = probe_shape(
-          router, [&](int64_t m, const std::string&) { return make_problem(m, l.n, l.k, sk, w.out); }, po);
-      std::set<int64_t> ms;
-      for (const MeasurementRecord& r : recs) ms.insert(r.m);
-      all.insert(all.end(), recs.begin(), recs.end());
-      ++done;
-      std::printf("  probe %-30s %-6s n=%-6lld k=%-6lld %3zu timings at %2zu M in %5.1fs  [%zu/%zu eta %.0fs]\n",
-                  (l.model + "/" + l.layer + " tp" + std::to_string(l.tp)).c_str(), std::string(name(sk)).c_str(),
-                  (long long)l.n, (long long)l.k, recs.size(), ms.size(), since(s0), done, total,
-                  since(t0) / done * (total - done));
-      std::fflush(stdout);
-    }
+  const std::vector<MeasurementRecord> all = probe_shapes(router, shapes, w.scales, w.out, po, [&](const ProbedShape& s) {
+    const bench::LayerShape& l = w.layers[s.shape];
+    std::set<int64_t> ms;
+    for (const MeasurementRecord& r : *s.records) ms.insert(r.m);
+    std::printf("  probe %-30s %-6s n=%-6lld k=%-6lld %3zu timings at %2zu M in %5.1fs  [%zu/%zu eta %.0fs]\n",
+                (l.model + "/" + l.layer + " tp" + std::to_string(l.tp)).c_str(), std::string(name(s.scale)).c_str(),
+                (long long)l.n, (long long)l.k, s.records->size(), ms.size(), s.seconds, s.done, s.total,
+                since(t0) / s.done * (s.total - s.done));
+    std::fflush(stdout);
+  });
   std::printf("probed: %zu timings in %.0fs\n", all.size(), since(t0));
   return all;
 }
