@@ -33,6 +33,7 @@ namespace {
 struct Timed {
   std::string backend, config;
   double us = 0;
+  double first_us = 0;  // re-checked: this config's time in the first pass (0: not re-checked)
 };
 
 struct Result {
@@ -40,7 +41,36 @@ struct Result {
   GemmProblem p;
   Timed routed;
   std::map<std::string, Timed> alone;  // per backend, its fastest config
+  double first_ratio = 0;  // re-checked: routed / best single backend in the first pass (0: not re-checked)
 };
+
+// The fastest of `alone` (backend/config in *who when given).
+double best_alone(const std::map<std::string, Timed>& alone, std::string* who = nullptr) {
+  double best = INFINITY;
+  for (const auto& [b, t] : alone)
+    if (t.us < best) {
+      best = t.us;
+      if (who) *who = b + "/" + t.config;
+    }
+  return best;
+}
+
+// The routed time and each backend's fastest config from one measure_gemms of `choices` (the routed
+// entry point first); a choice that failed is reported and left out.
+void fill(Result& r, const Route& route, const std::vector<std::pair<std::string, std::string>>& choices,
+          const std::vector<bench::Measurement>& ms) {
+  FP8ROUTE_CHECK_CAT(ms[0].error.empty(), ErrorCategory::cuda_error, "routed " << to_string(r.p) << ": " << ms[0].error);
+  r.routed = {route.backend, route.config, ms[0].median_us};
+  r.alone.clear();
+  for (size_t i = 1; i < choices.size(); ++i) {
+    const auto& [b, c] = choices[i];
+    if (!ms[i].error.empty()) {
+      std::printf("  %s/%s failed on %s: %s\n", b.c_str(), c.c_str(), to_string(r.p).c_str(), ms[i].error.c_str());
+      continue;
+    }
+    if (!r.alone.count(b) || ms[i].median_us < r.alone[b].us) r.alone[b] = {b, c, ms[i].median_us};
+  }
+}
 
 const char* band_of(int64_t m) { return m <= 16 ? "decode (M<=16)" : m < 1024 ? "middle (17-1023)" : "prefill (>=1024)"; }
 
@@ -133,31 +163,32 @@ void print_summary(const std::vector<Result>& results, const std::vector<std::st
       else std::printf(" %14s", "-");
     }
     double worst = 0;
-    for (const Result* r : rs) {
-      double best = INFINITY;
-      for (const auto& [b, t] : r->alone) best = std::min(best, t.us);
-      worst = std::max(worst, r->routed.us / best);
-    }
+    for (const Result* r : rs) worst = std::max(worst, r->routed.us / best_alone(r->alone));
     std::printf(" %17.3fx\n", worst);
   }
-  int slow = 0, same = 0;
+  int slow = 0, same = 0, rechecked = 0;
   for (const Result& r : results) {
-    double best = INFINITY;
     std::string who;
-    for (const auto& [b, t] : r.alone)
-      if (t.us < best) best = t.us, who = b + "/" + t.config;
+    const double best = best_alone(r.alone, &who);
+    rechecked += r.first_ratio > 0;
     if (r.routed.us > 1.03 * best) {
       if (!slow++) std::printf("\nRouted more than 3%% slower than the best single backend:\n");
       // The routed call ran the very config that was fastest alone: not a routing loss but two
       // timings of one kernel in one run (routed entry and explicit call) that differ.
       const bool same_kernel = who == r.routed.backend + "/" + r.routed.config;
       same += same_kernel;
-      std::printf("  %-28s %-46s routed %8.2f us (%s/%s), %s %8.2f us: %.3fx%s\n",
+      std::printf("  %-28s %-46s routed %8.2f us (%s/%s), %s %8.2f us: %.3fx%s%s\n",
                   (r.layer.model + "/" + r.layer.layer + " tp" + std::to_string(r.layer.tp)).c_str(),
                   to_string(r.p).c_str(), r.routed.us, r.routed.backend.c_str(), r.routed.config.c_str(), who.c_str(),
-                  best, r.routed.us / best, same_kernel ? " [same config]" : "");
+                  best, r.routed.us / best, same_kernel ? " [same config]" : "",
+                  r.first_ratio > 0 ? " [re-checked]" : "");
     }
   }
+  if (rechecked)
+    std::printf("\n%d of %zu problems were more than 3%% slower than the best single backend in the first pass; "
+                "each was timed again (--recheck: routed and every config not slower than it, side by side, more "
+                "graph instances), and the times above and below are that re-check's\n",
+                rechecked, results.size());
   std::printf("\n%d of %zu problems: routed more than 3%% slower than the best single backend", slow, results.size());
   std::printf(same ? " (%d of them ran the same config as the best, timed twice in one run: [same config])\n" : "\n",
               same);
@@ -254,25 +285,50 @@ int run_bench(const BenchOptions& opt) {
           timed_fully += choices.size();
         }
         const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
-        FP8ROUTE_CHECK_CAT(ms[0].error.empty(), ErrorCategory::cuda_error, "routed " << to_string(p) << ": " << ms[0].error);
-        r.routed = {route.backend, route.config, ms[0].median_us};
-        for (size_t i = 1; i < choices.size(); ++i) {
-          const auto& [b, c] = choices[i];
-          if (!ms[i].error.empty()) {
-            std::printf("  %s/%s failed on %s: %s\n", b.c_str(), c.c_str(), to_string(p).c_str(), ms[i].error.c_str());
-            continue;
-          }
-          if (!r.alone.count(b) || ms[i].median_us < r.alone[b].us) r.alone[b] = {b, c, ms[i].median_us};
+        fill(r, route, choices, ms);
+        const Result first = r;
+        if (opt.recheck_instances > 0 && r.routed.us > 1.03 * best_alone(r.alone)) {
+          // A first-pass miss is timed again: the routed call and every choice that was not slower
+          // than it (each backend's fastest among them), side by side with more graph instances. The
+          // best of the first pass is the minimum of many noisy timings and the stream-K graphs run
+          // at one of a few speeds per instance (measure.h), so an independent, finer measurement of
+          // the candidates decides; both passes are printed and kept in the JSON.
+          std::vector<std::string> names;
+          std::vector<double> us;
+          std::vector<bool> failed;
+          for (size_t i = 0; i < choices.size(); ++i)
+            names.push_back(choices[i].first), us.push_back(ms[i].median_us), failed.push_back(!ms[i].error.empty());
+          const double pct = 100 * (r.routed.us / best_alone(r.alone) - 1);
+          const std::vector<bool> keep = bench::screen_keep(names, us, failed, pct);
+          std::vector<std::pair<std::string, std::string>> again;
+          for (size_t i = 0; i < choices.size(); ++i)
+            if (keep[i] && !failed[i]) again.push_back(choices[i]);
+          bench::MeasureOptions finer = mo;
+          finer.instances = std::max(opt.recheck_instances, mo.instances);
+          fill(r, route, again, bench::measure_gemms(ops, again, finer));
+          r.first_ratio = first.routed.us / best_alone(first.alone);
+          r.routed.first_us = first.routed.us;
+          for (auto& [b, t] : r.alone)
+            for (size_t i = 0; i < choices.size(); ++i)
+              if (choices[i] == std::pair{b, t.config}) t.first_us = ms[i].median_us;
         }
         ++done;
-        std::printf("%-30s %-7s %6lld %10.2f  %-40s", "", std::string(name(sk)).c_str(), (long long)m, r.routed.us,
-                    (r.routed.backend + "/" + r.routed.config).substr(0, 40).c_str());
+        std::printf("%-30s %-7s %6lld %10.2f  %-40s", "", std::string(name(sk)).c_str(), (long long)m, first.routed.us,
+                    (first.routed.backend + "/" + first.routed.config).substr(0, 40).c_str());
         for (const std::string& b : backends) {
-          if (r.alone.count(b)) std::printf(" %10.2f (%6.3fx)", r.alone[b].us, r.alone[b].us / r.routed.us);
+          if (first.alone.count(b)) std::printf(" %10.2f (%6.3fx)", first.alone.at(b).us, first.alone.at(b).us / first.routed.us);
           else std::printf(" %20s", "cannot run");
         }
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("  [%zu/%zu eta %.0fs]\n", done, total, el / done * (total - done));
+        if (r.first_ratio > 0) {
+          std::string who;
+          const double best = best_alone(r.alone, &who);
+          std::printf("%-30s   re-checked with %d graph instances: routed %.2f us (first pass %.2f), best single "
+                      "backend %s %.2f us: %.3fx (first pass %.3fx)\n",
+                      "", std::max(opt.recheck_instances, mo.instances), r.routed.us, r.routed.first_us, who.c_str(),
+                      best, r.routed.us / best, r.first_ratio);
+        }
         std::fflush(stdout);
         auto record = [&](const Timed& t, bool routed) {
           records.push_back({{"model", l.model}, {"layer", l.layer}, {"tp", l.tp}, {"m", p.m}, {"n", p.n}, {"k", p.k},
@@ -281,6 +337,7 @@ int run_bench(const BenchOptions& opt) {
                              {"tflops", bench::tflops(p, t.us)}, {"weight_gbps", bench::weight_gbps(p, t.us)},
                              {"routed", routed}});
           if (std::string what = gemm_describe(t.backend, t.config, p); !what.empty()) records.back()["algo"] = what;
+          if (t.first_us > 0) records.back()["first_us"] = t.first_us;  // --recheck: the first pass's time
         };
         record(r.routed, true);
         for (const auto& [b, t] : r.alone) record(t, false);

@@ -57,6 +57,8 @@ struct BenchOptions {
   int screen_pct = 25;     // > 0: a quick first round drops configs more than this % behind (bench::screen_gemms)
   std::string probe = "off";  // off, unseen or always: probe_shape (route.h) every shape first, route by it
   int probe_top = 5;          // ProbeOptions::top
+  int recheck_instances = 16; // > 0: a problem where routed is > 3% behind the best single backend is timed
+                              // again (routed and the choices not slower than it) with this many graph instances
   bool main_job = false;   // the tool's main job: explain the plan instead when there is no GPU
 };
 int run_bench(const BenchOptions& opt);

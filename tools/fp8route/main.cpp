@@ -82,6 +82,12 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--probe-top", bench.probe_top, "with --probe: the table's candidates timed per M")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  bench_cmd->add_option("--recheck", bench.recheck_instances,
+                        "a problem where routed is more than 3% slower than the best single backend is timed again: "
+                        "routed and every config not slower than it, side by side, with this many graph instances; "
+                        "the re-check's times are reported, the first pass's are printed too (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   bench_cmd->add_option("--backend", bench.backends, "backends to compare with")->capture_default_str();
   bench_cmd->add_option("--json", bench.json_path, "write one record per (problem, backend) and the routed one");
   bench_cmd->add_option("--plot", bench.plot_path, "draw time against M per layer to this PNG (needs matplotlib)");
