@@ -209,7 +209,9 @@ TEST(Route, HeldOutModelProbedWithin20Percent) {
 // neighbour's rankings at its 1 or 2 adjacent measured M as well (85, 110); neighbours weighted by
 // 1 / log-distance (86); in the eleventh session, risk penalties on the neighbours' time ratios
 // (mean log ratio + 0.5 or 1 x their spread, + 0.5 x their largest, the sum of squared log ratios,
-// a hinge on ratios over 1.05 or 1.1: 79-83). 17 of the 85 are cuBLASLt heuristicN wins, which a rank cannot carry to
+// a hinge on ratios over 1.05 or 1.1: 79-83); in the twelfth, a constraint instead of a penalty (only
+// configs within 1.1, 1.2, 1.3 or 1.5x of the best on every neighbour, then the geomean: 84, 81, 91,
+// 88). 17 of the 85 are cuBLASLt heuristicN wins, which a rank cannot carry to
 // another shape. A denser catalog (a grid of measured shapes), or cuBLASLt algorithms by attributes
 // (gemm_describe) run on new shapes, are the levers left.
 // With the load-time probe (HeldOutModelProbedWithin20Percent above: the table's 5 best guesses and
