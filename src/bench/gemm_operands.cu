@@ -109,22 +109,29 @@ Screen screen_gemms(const GemmOperandSets& o, const std::vector<std::pair<std::s
   MeasureOptions quick = opt;
   quick.instances = 1, quick.reps = 5, quick.warmup = 2;
   const std::vector<Measurement> pre = measure_gemms(o, choices, quick);
-  std::vector<std::string> backends;
-  std::vector<double> us;
-  std::vector<bool> failed;
-  for (size_t i = 0; i < choices.size(); ++i)
-    backends.push_back(choices[i].first), us.push_back(pre[i].median_us), failed.push_back(!pre[i].error.empty());
-  const std::vector<bool> keep = screen_keep(backends, us, failed, pct);
+  const std::vector<bool> keep = screen_keep(choices, pre, pct);
   Screen s;
   for (size_t i = 0; i < choices.size(); ++i) {
     if (keep[i]) {
       s.kept.push_back(choices[i]);
     } else {
       s.dropped.push_back(choices[i]);
-      s.dropped_us.push_back(us[i]);
+      s.dropped_us.push_back(pre[i].median_us);
     }
   }
   return s;
+}
+
+std::vector<bool> screen_keep(const std::vector<std::pair<std::string, std::string>>& choices,
+                              const std::vector<Measurement>& ms, double pct) {
+  FP8ROUTE_CHECK(ms.size() == choices.size(), "screen_keep: " << choices.size() << " choices, " << ms.size()
+                                                              << " measurements");
+  std::vector<std::string> backends;
+  std::vector<double> us;
+  std::vector<bool> failed;
+  for (size_t i = 0; i < choices.size(); ++i)
+    backends.push_back(choices[i].first), us.push_back(ms[i].median_us), failed.push_back(!ms[i].error.empty());
+  return screen_keep(backends, us, failed, pct);
 }
 
 void enqueue_read_floor(const void* p, int64_t bytes, cudaStream_t stream) {

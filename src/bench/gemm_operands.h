@@ -52,6 +52,12 @@ struct Screen {
 Screen screen_gemms(const GemmOperandSets& o, const std::vector<std::pair<std::string, std::string>>& choices,
                     const MeasureOptions& opt, double pct);
 
+// screen_keep (measure.h) of choices already measured (`ms`, in the order of `choices`; a choice
+// with Measurement::error counts as failed): what screen_gemms keeps of its quick round, and what
+// bench --recheck times again of its first pass.
+std::vector<bool> screen_keep(const std::vector<std::pair<std::string, std::string>>& choices,
+                              const std::vector<Measurement>& ms, double pct);
+
 // The weight-read floor: a kernel that only reads `bytes` from p (L1 bypassed, every SM).
 void enqueue_read_floor(const void* p, int64_t bytes, cudaStream_t stream);
 Measurement measure_read_floor(const GemmOperandSets& o, const MeasureOptions& opt = {});

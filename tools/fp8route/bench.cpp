@@ -249,6 +249,8 @@ int run_bench(const BenchOptions& opt) {
                                     "% behind the fastest in one quick round are not timed further)").c_str()
                                  : "");
   const bench::MeasureOptions mo = measure_options(opt.shapes);
+  bench::MeasureOptions recheck = mo;  // --recheck's finer measurement
+  recheck.instances = std::max(opt.recheck_instances, mo.instances);
   if (opt.probe != "off") {
     ProbeOptions po;
     po.m_grid = w.m_grid, po.top = static_cast<size_t>(opt.probe_top), po.always = opt.probe == "always";
@@ -287,26 +289,18 @@ int run_bench(const BenchOptions& opt) {
         const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
         fill(r, route, choices, ms);
         const Result first = r;
-        if (opt.recheck_instances > 0 && r.routed.us > 1.03 * best_alone(r.alone)) {
+        if (const double best = best_alone(r.alone); opt.recheck_instances > 0 && r.routed.us > 1.03 * best) {
           // A first-pass miss is timed again: the routed call and every choice that was not slower
           // than it (each backend's fastest among them), side by side with more graph instances. The
           // best of the first pass is the minimum of many noisy timings and the stream-K graphs run
           // at one of a few speeds per instance (measure.h), so an independent, finer measurement of
           // the candidates decides; both passes are printed and kept in the JSON.
-          std::vector<std::string> names;
-          std::vector<double> us;
-          std::vector<bool> failed;
-          for (size_t i = 0; i < choices.size(); ++i)
-            names.push_back(choices[i].first), us.push_back(ms[i].median_us), failed.push_back(!ms[i].error.empty());
-          const double pct = 100 * (r.routed.us / best_alone(r.alone) - 1);
-          const std::vector<bool> keep = bench::screen_keep(names, us, failed, pct);
+          const std::vector<bool> keep = bench::screen_keep(choices, ms, 100 * (r.routed.us / best - 1));
           std::vector<std::pair<std::string, std::string>> again;
           for (size_t i = 0; i < choices.size(); ++i)
-            if (keep[i] && !failed[i]) again.push_back(choices[i]);
-          bench::MeasureOptions finer = mo;
-          finer.instances = std::max(opt.recheck_instances, mo.instances);
-          fill(r, route, again, bench::measure_gemms(ops, again, finer));
-          r.first_ratio = first.routed.us / best_alone(first.alone);
+            if (keep[i] && ms[i].error.empty()) again.push_back(choices[i]);
+          fill(r, route, again, bench::measure_gemms(ops, again, recheck));
+          r.first_ratio = first.routed.us / best;
           r.routed.first_us = first.routed.us;
           for (auto& [b, t] : r.alone)
             for (size_t i = 0; i < choices.size(); ++i)
@@ -326,7 +320,7 @@ int run_bench(const BenchOptions& opt) {
           const double best = best_alone(r.alone, &who);
           std::printf("%-30s   re-checked with %d graph instances: routed %.2f us (first pass %.2f), best single "
                       "backend %s %.2f us: %.3fx (first pass %.3fx)\n",
-                      "", std::max(opt.recheck_instances, mo.instances), r.routed.us, r.routed.first_us, who.c_str(),
+                      "", recheck.instances, r.routed.us, r.routed.first_us, who.c_str(),
                       best, r.routed.us / best, r.first_ratio);
         }
         std::fflush(stdout);
