@@ -77,7 +77,7 @@ class LinearPlan {
 
   // Times the layer's routing candidates on this GPU (probe_shape in route.h, with the scale form
   // each backend will be given) and routes by those times from then on: at the M of opt.m_grid
-  // where the table has no exact entry serving (a shape it lacks; a TP 2 or 4 shape beyond M = 64),
+  // where the table has no exact entry serving (a shape it lacks; an M beyond its entry's largest),
   // or at every M with opt.always. Load-time work, like the constructor: call it before run() and
   // before capturing a graph, never concurrently with run() or route(). Returns what it measured
   // (empty when no M needed it), to keep or to merge into a table (Router::with_measurements).
