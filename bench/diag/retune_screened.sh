@@ -11,6 +11,10 @@
 # tune's defaults apply otherwise (--screen 25, --final 5 with 4 instances since 06750a4). The M the
 # table lacked until the eighth session (the catalog's other M up to 3072; bench/results/2026-11-30-routed-v4-h200):
 #   RETUNE_M_SMALL=2,8,24,48,96,192 RETUNE_M_LARGE=384,768,1536,2048,3072 bench/diag/retune_screened.sh ...
+# TP 2 and 4 at every catalog M up to 4096 (thirteenth session, bench/results/2026-11-30-tp24-h200;
+# 2835 problems, 720 s of GPU time over two calls):
+#   RETUNE_TP="4 2" RETUNE_M_SMALL=1,2,4,8,16,24,32,48,64,96,128,192,256 \
+#   RETUNE_M_LARGE=384,512,768,1024,1536,2048,3072,4096 bench/diag/retune_screened.sh OUT 559 build/gpu/retune24
 # Afterwards, here: bench/routing_records.py with the raw files first (README of
 # bench/results/2026-11-30-tune-h200 has the --older chain), FP8ROUTE_WRITE_TABLE=1 test_route,
 # then bench/diag/routed_models.sh per TP degree.
