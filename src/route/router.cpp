@@ -214,11 +214,11 @@ const TableEntry* Router::exact_entry(const GemmProblem& p) const {
 
 // The exact entry, unless it was measured only below M and another entry of the scale kind and
 // out dtype was measured at larger M than it: then the nearest entries, as for a shape the table
-// lacks (nearest_entries puts those measured furthest towards M first). The
-// shipped table measured TP 2 and 4 shapes only up to M = 64 until the thirteenth session; taking
-// such an entry's ranking at its largest M for prefill chose swap-AB decode configs. On the H200 data, with an entry cut at
-// M = 64 and M = 128-4096 routed (test_route, ExactEntryMeasuredOnlyBelowM): 60% geometric-mean
-// loss that way (worst 5.7x), 2.6% by the nearest entries; cut at 256: 8.4% against 1.9%.
+// lacks (nearest_entries puts those measured furthest towards M first). The shipped table
+// measured TP 2 and 4 shapes only up to M = 64 until the thirteenth session; taking such an entry's
+// ranking at its largest M for prefill chose swap-AB decode configs. On the H200 data, with an
+// entry cut at M = 64 and M = 128-4096 routed (test_route, ExactEntryMeasuredOnlyBelowM): 60%
+// geometric-mean loss that way (worst 5.7x), 2.6% by the nearest entries; cut at 256: 8.4% against 1.9%.
 const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source) const {
   if (const TableEntry* e = exact_entry(p)) {
     const int64_t top = e->breakpoints.back().max_m;
