@@ -172,7 +172,7 @@ class Router {
 // benchmark method (graph replay, cold L2, interleaved; src/bench/measure.h).
 // - CPU, on the recorded H200 measurements, each model held out of the table in turn: routing by the
 //   fastest probe candidate loses 0.01-0.03% geometric mean, at most 10% on any point (top = 5; by
-//   the table alone 1.5-3.1% and 104 of 6111 points over 20%; test_route, HeldOutModelProbed).
+//   the table alone 1.6-3.1% and 105 of 6111 points over 20%; test_route, HeldOutModelProbed).
 // - GPU (H200, fp8route bench --probe unseen, TP 8, 21 M, these defaults' 4 graph instances):
 //   deepseek-v3, llama-3.1-405b and llama-3.1-8b held out: 3 of 882 problems more than 3% slower than
 //   the best single backend, against 182 by the table alone (bench/results/2026-11-30-probe-h200).
