@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -155,6 +156,13 @@ const std::vector<HeldOut>& held_out_figures() {
       const double ratio = it->second / best_of(times);
       log_sum += std::log(ratio), ++h.points;
       h.over_20 += ratio > 1.2;
+      // FP8ROUTE_HELDOUT_LIST=1: each point over 20%, with the best config and why the router chose.
+      if (ratio > 1.2 && std::getenv("FP8ROUTE_HELDOUT_LIST")) {
+        const auto best = std::min_element(times.begin(), times.end(),
+                                           [](const auto& x, const auto& y) { return x.second < y.second; });
+        std::printf("over 20%%: %s: %.3fx, %s/%s against %s/%s; %s\n", to_string(p).c_str(), ratio, r.backend.c_str(),
+                    r.config.c_str(), best->first.first.c_str(), best->first.second.c_str(), r.why.c_str());
+      }
       if (ratio > h.worst) h.worst = ratio, h.worst_at = to_string(p) + " -> " + r.backend + "/" + r.config;
       // The probe: its candidates are what the H200 supports (measured_on_h200), so each has a time.
       const std::vector<std::pair<std::string, std::string>> probed = router.probe_candidates(p, ProbeOptions{}.top);
@@ -222,7 +230,9 @@ TEST(Route, HeldOutModelProbedWithin20Percent) {
 // fourteenth session's re-tune of M = 16, 48, 96 for four models (19 choices): 104, 1.54-3.08%;
 // after the fifteenth's re-tune of 9 steadily losing problems' shapes (11 choices): 105, 1.56-3.08%.
 // With the load-time probe (HeldOutModelProbedWithin20Percent above: the table's 5 best guesses and
-// cuBLASLt's ranks timed on the GPU) the bound holds; this test is the table alone. Disabled so CI
+// cuBLASLt's ranks timed on the GPU) the bound holds; this test is the table alone. FP8ROUTE_HELDOUT_LIST=1
+// lists the points over 20% (HeldOutModelGeomeanLossWithin5Percent prints them): about half are
+// routed from an entry within 0.35 of them in |ln N/N'| + |ln K/K'|. Disabled so CI
 // stays green while the router issue is open; run it with --gtest_also_run_disabled_tests.
 TEST(Route, DISABLED_HeldOutModelWorstPointWithin20Percent) {
   for (const HeldOut& h : held_out_figures()) EXPECT_LE(h.worst, 1.20) << h.model << ": " << h.worst_at;
