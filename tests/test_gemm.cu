@@ -417,6 +417,111 @@ std::shared_ptr<const Router> router_preferring(const std::string& backend, cons
   return std::make_shared<const Router>(std::move(t));
 }
 
+// ---- the decode backend: every models.json shape at decode M ---------------------------------------
+
+// Every distinct (N, K) of models.json at TP 1, 2, 4 and 8, M from 1 to 64 (odd M included), every
+// scale kind: each problem runs on one decode config that supports it, rotating through the
+// configs (so each meets 64- and 128-row blocks, every token tile, and the split-K clusters that
+// small N needs), against the GPU reference with all rows sampled up to M = 32.
+TEST(DecodeBackend, EveryModelShapeAtDecodeM) {
+  FP8ROUTE_REQUIRE_SM90();
+  const bench::ShapeCatalog cat = bench::load_catalog(bench::default_catalog_path());
+  std::set<std::pair<int64_t, int64_t>> nk;
+  for (int tp : {1, 2, 4, 8})
+    for (const bench::LayerShape& l : bench::at_tp(cat.layers, tp)) nk.insert({l.n, l.k});
+  const std::vector<std::string> cs = gemm_configs("decode");
+  std::map<std::string, int> ran;
+  size_t rotate = 0;
+  uint64_t idx = 9000;
+  for (const auto& [n, k] : nk)
+    for (int64_t m : {1, 2, 3, 8, 13, 16, 24, 33, 64})
+      for (ScaleKind kind : kKinds) {
+        const int combo = static_cast<int>(idx % 4);
+        GemmProblem p = make_problem(m, n, k, kind, combo % 2 ? DType::f16 : DType::bf16, combo / 2);
+        std::string chosen;
+        for (size_t t = 0; t < cs.size() && chosen.empty(); ++t)
+          if (gemm_supports("decode", cs[(rotate + t) % cs.size()], p).empty()) chosen = cs[(rotate + t) % cs.size()];
+        ASSERT_FALSE(chosen.empty()) << "no decode config runs " << to_string(p);
+        ++rotate;
+        ++ran[chosen];
+        Problem prob(p, false, case_seed(++idx));
+        expect_good(prob.run("decode", chosen), false, prob.repro("decode", chosen));
+        if (testing::Test::HasFailure()) return;
+      }
+  for (const auto& [c, count] : ran) std::printf("[decode] %-16s ran %d problems\n", c.c_str(), count);
+  for (const std::string& c : cs) EXPECT_GT(ran[c], 0) << c << " never ran";
+}
+
+// The decode kernels start streaming a layer's weight before the previous kernel in the stream has
+// finished (programmatic dependent launch, LinearPlan's static weights), and wait for it before
+// reading the activations. A chain that rewrites the activations with a kernel right before each
+// GEMM, captured in a graph and replayed, gives each GEMM the activations of its own step: the
+// bytes of an eager run of the same steps without PDL.
+__global__ void copy_codes(const uint8_t* src, uint8_t* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
+TEST(DecodeBackend, DependentLaunchChainReadsEachStepsActivations) {
+  FP8ROUTE_REQUIRE_SM90();
+  constexpr int kSteps = 6;
+  for (ScaleKind kind : kKinds)
+    for (int64_t m : {1, 16}) {
+      GemmProblem p = make_problem(m, 4096, 4096, kind, DType::bf16, false);
+      Problem prob(p, false, case_seed(9500 + m));
+      const ScaledMmArgs& a = prob.args();
+      const LinearPlan plan(a.b, a.scale_b, kind, p.out, {}, router_preferring("decode", "m16_n64_s8", p));
+      ASSERT_EQ(plan.route(m).backend, "decode") << plan.explain(m);
+      const int64_t abytes = m * p.k, obytes = m * p.n * 2;
+      // Step inputs: distinct random codes per step; outputs: one buffer per step.
+      std::vector<DeviceBuffer> src, out;
+      for (int s = 0; s < kSteps; ++s) {
+        src.emplace_back(abytes);
+        bench::fill_codes<<<kFillGrid, kFillBlock>>>(src.back().as<uint8_t>(), m, p.k, p.k, case_seed(9600 + s), false);
+        out.emplace_back(obytes);
+      }
+      cudaStream_t stream;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      auto steps = [&] {
+        for (int s = 0; s < kSteps; ++s) {
+          copy_codes<<<264, 256, 0, stream>>>(src[s].as<uint8_t>(), static_cast<uint8_t*>(a.a.data), abytes);
+          plan.run(a.a, a.scale_a, TensorView::contiguous(out[s].data(), p.out, {m, p.n}), stream);
+        }
+      };
+      set_programmatic_dependent_launch(false);
+      steps();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      std::vector<std::vector<uint8_t>> want;
+      for (int s = 0; s < kSteps; ++s) want.push_back(download(out[s].data(), obytes));
+      set_programmatic_dependent_launch(true);
+      for (int s = 0; s < kSteps; ++s) ASSERT_EQ(cudaMemset(out[s].data(), 0xFF, obytes), cudaSuccess);
+      steps();  // eager with PDL
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      for (int s = 0; s < kSteps; ++s)
+        EXPECT_TRUE(test::bytes_equal(download(out[s].data(), obytes), want[s],
+                                      ("eager PDL step " + std::to_string(s) + " " + to_string(p)).c_str()));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      steps();
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int rep = 0; rep < 3; ++rep) {
+        for (int s = 0; s < kSteps; ++s) ASSERT_EQ(cudaMemset(out[s].data(), 0xFF, obytes), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        for (int s = 0; s < kSteps; ++s)
+          EXPECT_TRUE(test::bytes_equal(download(out[s].data(), obytes), want[s],
+                                        ("graph PDL step " + std::to_string(s) + " " + to_string(p)).c_str()));
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+    }
+}
+
+// ---- LinearPlan: the route it reports is the one it runs, with the scale form prepared for it ----
+
 TEST(LinearPlanGpu, RunsTheReportedRouteWithItsScaleForm) {
   FP8ROUTE_REQUIRE_SM90();
   struct Case {

@@ -27,6 +27,14 @@ std::string cuda_unavailable_reason();
 // Cached properties of `device` (-1 = the current device). Throws Error(cuda_error) if none.
 const DeviceInfo& device_info(int device = -1);
 
+// Programmatic dependent launch: fp8route's kernels that support it may start while the previous
+// kernel in the stream finishes (they wait for its results before reading them), which hides
+// launch gaps between layers, also inside CUDA graphs. On by default; FP8ROUTE_PDL=0 in the
+// environment (read once) or set_programmatic_dependent_launch(false) turns it off for launches
+// made afterwards (graphs captured earlier keep what they recorded).
+void set_programmatic_dependent_launch(bool enabled);
+bool programmatic_dependent_launch();
+
 struct LibraryVersions {
   std::string fp8route;
   int cuda_runtime = 0;  // e.g. 13000

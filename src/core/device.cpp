@@ -4,6 +4,9 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -74,6 +77,19 @@ const DeviceInfo& device_info(int device) {
   });
   return *cache[device];
 }
+
+namespace {
+std::atomic<bool>& pdl_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* v = std::getenv("FP8ROUTE_PDL");
+    return !(v && std::strcmp(v, "0") == 0);
+  }()};
+  return flag;
+}
+}  // namespace
+
+void set_programmatic_dependent_launch(bool enabled) { pdl_flag().store(enabled, std::memory_order_relaxed); }
+bool programmatic_dependent_launch() { return pdl_flag().load(std::memory_order_relaxed); }
 
 LibraryVersions library_versions() {
   LibraryVersions v;

@@ -29,6 +29,14 @@ struct GemmOperands {
 // The operands of checked arguments (check_scaled_mm has accepted them).
 GemmOperands operands_of(const ScaledMmArgs& args);
 
+// How a call may be run beyond what its problem says.
+struct RunOptions {
+  // b, scale_b and bias were not written by the kernel enqueued just before on the stream (a
+  // layer's weights, written at load time): a backend that launches with programmatic dependent
+  // launch may start reading them before that kernel finishes.
+  bool static_weight = false;
+};
+
 class GemmBackend {
  public:
   virtual ~GemmBackend() = default;
@@ -40,6 +48,11 @@ class GemmBackend {
   // Enqueues the GEMM. Precondition: supports(p, config) == "" and ops match p.
   virtual void run(const GemmProblem& p, const GemmOperands& ops, int config,
                    cudaStream_t stream) const = 0;
+  // run() with options; backends that make no use of them run().
+  virtual void run_with(const GemmProblem& p, const GemmOperands& ops, int config, const RunOptions& /*opt*/,
+                        cudaStream_t stream) const {
+    run(p, ops, config, stream);
+  }
   // Rows of a (tokens, M) one tile of the config covers, when its time steps with ceil(M / tile)
   // (a CUTLASS tile: tile_m, or tile_n for swap-AB); 0 when it does not say.
   virtual int m_tile(int /*config*/) const { return 0; }
@@ -60,6 +73,7 @@ std::vector<std::string> config_names(const Table& table) {
 const GemmBackend& cublaslt_backend();
 const GemmBackend& cutlass_sm90_backend();
 const GemmBackend& skinny_backend();
+const GemmBackend& decode_backend();
 const GemmBackend& reference_backend();
 
 // Every backend of this build, in a fixed order.

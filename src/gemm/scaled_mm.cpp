@@ -269,7 +269,8 @@ namespace gemm {
 
 const std::vector<const GemmBackend*>& all_backends() {
   static const std::vector<const GemmBackend*> list = {&cublaslt_backend(), &cutlass_sm90_backend(),
-                                                       &skinny_backend(), &reference_backend()};
+                                                       &skinny_backend(), &decode_backend(),
+                                                       &reference_backend()};
   return list;
 }
 

@@ -203,7 +203,9 @@ void LinearPlan::run(TensorView a, TensorView a_scale, TensorView out, cudaStrea
   FP8ROUTE_CHECK_CAT(p == d.problem, ErrorCategory::unsupported,
                      "LinearPlan: internal error: routed " << to_string(d.problem) << " but would run "
                                                            << to_string(p));
-  d.backend->run(p, gemm::operands_of(args), d.config, stream);
+  // The layer's weight, scale and bias are written at load time: a backend may prefetch them
+  // while the previous kernel in the stream finishes.
+  d.backend->run_with(p, gemm::operands_of(args), d.config, gemm::RunOptions{.static_weight = true}, stream);
 }
 
 std::string LinearPlan::explain(int64_t m) const {

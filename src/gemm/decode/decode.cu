@@ -1,0 +1,283 @@
+// The decode backend: launcher of kernel.cuh (small M, where a GEMM is a read of its weight).
+// Holds the config list, the requirements (supports), the split-K rule and the tensor maps.
+
+#include <cuda.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "core/launch.h"
+#include "fp8route/device.h"
+#include "fp8route/error.h"
+#include "gemm/backend.h"
+#include "gemm/decode/kernel.cuh"
+
+namespace fp8route::gemm {
+namespace {
+
+namespace dk = kernels::decode;
+
+struct DecodeConfig {
+  int token_tiles;  // 8 tokens each: the config runs M <= 8 * token_tiles
+  int row_tiles;    // 16 weight rows each, per consumer warp (4 warps per block)
+  int stages;       // [rows x 128 B] weight tiles in flight per block
+};
+
+// The configs, listed once. 64- and 128-row blocks, and stages enough for >= 64 KB of weight in
+// flight per SM (HBM latency x bandwidth / SMs is ~40 KB on an H200); the 64-row configs with up
+// to 8 stages fit two blocks per SM.
+constexpr DecodeConfig kConfigs[] = {
+    {1, 1, 8},  // m8_n64_s8
+    {1, 2, 8},  // m8_n128_s8
+    {2, 1, 8},  // m16_n64_s8
+    {2, 2, 8},  // m16_n128_s8
+    {4, 1, 6},  // m32_n64_s6
+    {4, 2, 6},  // m32_n128_s6
+    {8, 1, 6},  // m64_n64_s6
+    {8, 2, 4},  // m64_n128_s4
+};
+constexpr int kNumConfigs = static_cast<int>(std::size(kConfigs));
+
+std::string config_name(const DecodeConfig& c) {
+  return "m" + std::to_string(8 * c.token_tiles) + "_n" + std::to_string(16 * c.row_tiles * dk::kConsumerWarps) +
+         "_s" + std::to_string(c.stages);
+}
+
+using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const dk::Params);
+
+template <class OutT, int I>
+constexpr Kernel kernel_of() {
+  constexpr DecodeConfig c = kConfigs[I];
+  return &dk::sm90_fp8_gemm_decode<OutT, c.token_tiles, c.row_tiles, c.stages>;
+}
+
+template <int I>
+constexpr int smem_of() {
+  constexpr DecodeConfig c = kConfigs[I];
+  return dk::Traits<c.token_tiles, c.row_tiles, c.stages>::kSmemBytes;
+}
+
+struct KernelInfo {
+  Kernel kernel[2];  // bf16, f16
+  int smem;
+  int rows, max_m;
+};
+
+template <int... I>
+std::array<KernelInfo, kNumConfigs> make_table(std::integer_sequence<int, I...>) {
+  return {{KernelInfo{{kernel_of<__nv_bfloat16, I>(), kernel_of<__half, I>()}, smem_of<I>(),
+                      16 * kConfigs[I].row_tiles * dk::kConsumerWarps, 8 * kConfigs[I].token_tiles}...}};
+}
+const std::array<KernelInfo, kNumConfigs>& kernels_table() {
+  static const auto t = make_table(std::make_integer_sequence<int, kNumConfigs>{});
+  return t;
+}
+
+// Above 48 KB of dynamic shared memory needs an opt-in, once per kernel and device.
+void allow_smem(Kernel kernel, int smem, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, bool> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.emplace(std::pair{reinterpret_cast<const void*>(kernel), device}, true).second) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) done.erase({reinterpret_cast<const void*>(kernel), device});
+    FP8ROUTE_CUDA_CHECK(e);
+  }
+}
+
+// Blocks resident on the whole GPU at once for a config, by cluster size (1..kMaxSplits): a
+// cluster's blocks share a GPC, so with clusters this can be fewer than blocks-per-SM x SMs.
+// Queried once per config and device.
+using Slots = std::array<int, dk::kMaxSplits + 1>;
+const Slots& resident_blocks(int config, const DeviceInfo& dev) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, Slots> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find({config, dev.index}); it != cache.end()) return it->second;
+  }
+  const KernelInfo& k = kernels_table()[config];
+  allow_smem(k.kernel[0], k.smem, dev.index);
+  Slots s{};
+  int per_sm = 0;
+  FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel[0], dk::kThreads, k.smem));
+  s[1] = per_sm * dev.sm_count;
+  for (int c = 2; c <= dk::kMaxSplits; ++c) {
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr{};
+    cfg.gridDim = dim3(1, c);
+    cfg.blockDim = dim3(dk::kThreads);
+    cfg.dynamicSmemBytes = k.smem;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1, attr.val.clusterDim.y = c, attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, k.kernel[0], &cfg));
+    s[c] = clusters * c;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  return cache.emplace(std::pair{config, dev.index}, s).first->second;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Launch {
+  int row_blocks = 0, splits = 1, split_kblocks = 0;
+};
+
+// The split-K rule, from the resident block counts alone (so that CPU tests can check it). The
+// time of a launch is taken as waves x (K blocks per block + a fixed start and end), plus the
+// cluster reduction when K is split: more splits fill the resident slots (and the last wave)
+// with shorter blocks. The splits of a row range form one cluster, whose blocks must be resident
+// at once on one GPC (slots[s]). Block scales: a split's sa slice [kb][align(M, 4)] and sb slice
+// must fit their shared memory. Returns splits = 0 when no split count satisfies that.
+Launch plan_splits(const GemmProblem& p, int rows, const Slots& slots) {
+  constexpr double kStartEnd = 2;  // K blocks' worth of streaming: a block's first load and its stores
+  constexpr double kReduce = 1;    // the cluster barriers and the read of the peers' sums
+  const int64_t kblocks = ceil_div(p.k, dk::kKBlock);
+  const int64_t row_blocks = ceil_div(p.n, rows);
+  const int64_t max_splits = std::min<int64_t>(dk::kMaxSplits, kblocks);
+  auto fits = [&](int64_t skb) {
+    if (p.scale != ScaleKind::block) return true;
+    const int64_t sa_ld = (p.m + 3) / 4 * 4, nbs = (rows + 127) / 128;
+    return skb * sa_ld * 4 <= dk::kSaBytes && nbs * skb * 4 <= dk::kSbBytes;
+  };
+  Launch best{static_cast<int>(row_blocks), 0, 0};
+  double best_cost = 0;
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    const int64_t skb = ceil_div(kblocks, s), splits = ceil_div(kblocks, skb);
+    if (splits != s || !fits(skb) || slots[splits] <= 0) continue;
+    const int64_t waves = ceil_div(row_blocks * splits, slots[splits]);
+    const double cost = double(waves) * (double(skb) + kStartEnd) + (splits > 1 ? kReduce : 0);
+    if (best.splits == 0 || cost < best_cost) {
+      best_cost = cost;
+      best.splits = static_cast<int>(splits);
+      best.split_kblocks = static_cast<int>(skb);
+    }
+  }
+  return best;
+}
+
+// cuTensorMapEncodeTiled from the driver, fetched once through the runtime (no link to libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    FP8ROUTE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    FP8ROUTE_CHECK_CAT(q == cudaDriverEntryPointSuccess && f != nullptr, ErrorCategory::cuda_error,
+                       "decode: the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A [rows, cols] byte matrix (row stride ld bytes), read in [box_rows x 128 B] boxes with the
+// 128-byte swizzle; reads past either edge are zero-filled.
+CUtensorMap byte_matrix_map(const void* ptr, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(dk::kKBlock), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box,
+                                 elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FP8ROUTE_CHECK_CAT(r == CUDA_SUCCESS, ErrorCategory::cuda_error,
+                     "decode: cuTensorMapEncodeTiled failed (" << int(r) << ") for a [" << rows << ", " << cols
+                                                               << "] matrix, row stride " << ld);
+  return map;
+}
+
+class DecodeBackend final : public GemmBackend {
+ public:
+  std::string_view name() const override { return "decode"; }
+
+  const std::vector<std::string>& configs() const override {
+    static const std::vector<std::string> names = config_names(kConfigs);
+    return names;
+  }
+
+  int m_tile(int config) const override { return 8 * kConfigs[config].token_tiles; }
+
+  std::string supports(const GemmProblem& p, int config) const override {
+    const DecodeConfig& c = kConfigs[config];
+    if (p.m > 8 * c.token_tiles)
+      return "config " + configs()[config] + " runs M <= " + std::to_string(8 * c.token_tiles) + ", got M=" +
+             std::to_string(p.m);
+    if (std::string why = common_fast_path_reason(p); !why.empty()) return why;
+    if (p.n > std::numeric_limits<int32_t>::max() - 256)
+      return "N must be < 2^31 - 256 (int32 row indices), got N=" + std::to_string(p.n);
+    if (p.k > (int64_t{1} << 31) - 1 - dk::kKBlock) return "K must be < 2^31 - 128, got K=" + std::to_string(p.k);
+    if (p.out != DType::bf16 && p.out != DType::f16) return "out must be bf16 or f16";
+    if (p.scale == ScaleKind::block) {
+      // The launcher's split rule must find a split count whose scale slices fit (any GPU).
+      Slots any{};
+      any.fill(std::numeric_limits<int>::max());
+      if (plan_splits(p, kernels_table()[config].rows, any).splits == 0)
+        return "block scales: K=" + std::to_string(p.k) + " at M=" + std::to_string(p.m) +
+               " needs more than 8 K splits for the scale slices to fit shared memory";
+    }
+    if (cuda_device_count() == 0) return cuda_unavailable_reason();
+    const DeviceInfo& dev = device_info();
+    if (!dev.is_sm90())
+      return "needs an SM90 GPU (kernels built for sm_90a), device " + std::to_string(dev.index) + " is sm_" +
+             std::to_string(dev.sm_version());
+    return "";
+  }
+
+  void run(const GemmProblem& p, const GemmOperands& ops, int config, cudaStream_t stream) const override {
+    run_with(p, ops, config, RunOptions{}, stream);
+  }
+
+  void run_with(const GemmProblem& p, const GemmOperands& ops, int config, const RunOptions& opt,
+                cudaStream_t stream) const override {
+    const DeviceInfo& dev = device_info();
+    const KernelInfo& k = kernels_table()[config];
+    const Launch l = plan_splits(p, k.rows, resident_blocks(config, dev));
+    dk::Params kp{};
+    kp.sa = ops.sa, kp.sb = ops.sb, kp.bias = ops.bias, kp.out = ops.out, kp.ldo = ops.ldo;
+    kp.m = static_cast<int>(p.m), kp.n = static_cast<int>(p.n);
+    kp.kblocks = static_cast<int>(ceil_div(p.k, dk::kKBlock));
+    kp.split_kblocks = l.split_kblocks;
+    kp.splits = l.splits;
+    kp.scale_kind = static_cast<int>(p.scale);
+    kp.sa_vector = p.sa_vector, kp.sb_vector = p.sb_vector;
+    kp.sa_ld = static_cast<int>((p.m + 3) / 4 * 4);
+    kp.sb_ld = p.sb_padded ? (kp.kblocks + 3) / 4 * 4 : kp.kblocks;
+    kp.prefetch_weight = opt.static_weight;
+    const CUtensorMap wmap = byte_matrix_map(ops.b, p.n, p.k, ops.ldb, k.rows);
+    const CUtensorMap amap = byte_matrix_map(ops.a, p.m, p.k, ops.lda, k.max_m);
+    const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
+    allow_smem(kernel, k.smem, dev.index);
+    LaunchShape s;
+    s.grid = dim3(l.row_blocks, l.splits);
+    s.block = dim3(dk::kThreads);
+    s.smem = k.smem;
+    s.cluster = dim3(1, l.splits, 1);
+    s.pdl = true;
+    launch_kernel(kernel, s, stream, wmap, amap, kp);
+  }
+};
+
+}  // namespace
+
+const GemmBackend& decode_backend() {
+  static const DecodeBackend b;
+  return b;
+}
+
+}  // namespace fp8route::gemm

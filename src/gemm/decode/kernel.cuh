@@ -1,0 +1,409 @@
+#pragma once
+// Device code of the decode backend (launcher: decode.cu): scaled FP8 GEMM for small M, built to
+// read the weight at the speed of a plain read of it.
+//
+// Swap-AB on tensor cores: the weight rows are the 16-row operand of mma.sync m16n8k32 (e4m3,
+// fp32 accumulation) and the tokens the 8-column operand. A block owns kRows weight rows and one
+// K slice of whole 128-wide K blocks; one producer warp streams [kRows x 128 B] weight tiles and
+// [kMaxM x 128 B] activation tiles into a kStages-deep shared-memory ring with the tensor memory
+// accelerator (128-byte swizzle, rows and columns past the matrix filled with zeros, so no edge
+// case reaches the math), and four consumer warps each multiply kRowTilesPerWarp 16-row tiles.
+// Every 128-wide K block's products are summed into fp32 registers outside the tensor core
+// (block scales: times sa[kb, m] * sb[n / 128, kb]), so every scale kind gets full fp32
+// accumulation across K, not the tensor core's reduced-precision chained sum.
+//
+// Split K: the splits of a row range form one thread block cluster; each block leaves its sums in
+// its shared memory and, after a cluster barrier, each block finishes a share of the outputs by
+// reading the peers' sums through distributed shared memory in split order (deterministic).
+//
+// Programmatic dependent launch: the weight, its scales and the bias do not depend on the
+// previous kernel in the stream, the activations and their scales do. With `prefetch_weight` the
+// producer issues the first kStages weight tiles before griddepcontrol.wait, so the weight
+// stream starts while the previous kernel finishes; the caller promises that the weight was not
+// written by that kernel (LinearPlan's weights are written at load time). Without it, every
+// thread waits first. Each block signals its dependents once its last load is issued.
+
+#include <cuda.h>  // CUtensorMap
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace fp8route::kernels::decode {
+
+inline constexpr int kConsumerWarps = 4;
+inline constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
+inline constexpr int kKBlock = 128;                         // bytes of K per stage = the scale block
+inline constexpr int kMaxSplits = 8;                        // portable cluster size
+// Shared memory for the block-scale slices of a block's K range: sa [kb][align(M, 4)] and sb
+// [row blocks of 128 (<= 2)][kb]. The launcher keeps the K slices short enough to fit.
+inline constexpr int kSaBytes = 16 * 1024;
+inline constexpr int kSbBytes = 4 * 1024;
+
+struct Params {
+  const float* sa;
+  const float* sb;
+  const void* bias;  // [N] of OutT, or null
+  void* out;         // OutT [M, N], row stride ldo
+  int64_t ldo;
+  int m, n;
+  int kblocks;        // ceil(K / 128)
+  int split_kblocks;  // K blocks per split (the last split may have fewer)
+  int splits;         // cluster size along y; 1 = no cluster
+  int scale_kind;     // 0 tensor, 1 row, 2 block
+  bool sa_vector, sb_vector;
+  int sa_ld;  // block: align(M, 4)
+  int sb_ld;  // block: ceil(K / 128)
+  bool prefetch_weight;
+};
+
+template <int kTokenTiles, int kRowTilesPerWarp, int kStages>
+struct Traits {
+  static constexpr int kMaxM = 8 * kTokenTiles;
+  static constexpr int kRows = 16 * kRowTilesPerWarp * kConsumerWarps;
+  static constexpr int kWeightTile = kRows * kKBlock;
+  static constexpr int kActTile = kMaxM * kKBlock;
+  static constexpr int kRedLd = kRows + 4;  // fp32 sums [kMaxM][kRedLd] for the split reduction
+  static constexpr int kRedBytes = kMaxM * kRedLd * 4;
+  // Layout from a 1024-byte aligned base (the 128-byte swizzle repeats every 1024 bytes).
+  static constexpr int kWeightOff = 0;
+  static constexpr int kActOff = kWeightOff + kStages * kWeightTile;
+  static constexpr int kSaOff = kActOff + kStages * kActTile;
+  static constexpr int kSbOff = kSaOff + kSaBytes;
+  static constexpr int kBarOff = kSbOff + kSbBytes;
+  static constexpr int kBytes = kBarOff + 2 * kStages * 8;
+  static constexpr int kSmemBytes = kBytes + 1024;  // + alignment slack of the dynamic base
+  static_assert(kStages >= 2, "a pipeline needs at least two stages");
+  static_assert(kRows <= 256 && kMaxM <= 256, "a TMA box has at most 256 rows");
+  static_assert(kRedBytes <= kStages * kWeightTile, "the split sums reuse the weight ring");
+  static_assert(kRows <= 128 || kRows % 128 == 0, "a block's rows span whole 128-row scale blocks");
+};
+
+// ---- PTX wrappers ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "wait_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+// A [rows x 128 B] box at (x bytes, y rows) of a 2-D tensor map into shared memory; completes
+// (its bytes) on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar,
+                                            uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(map), "r"(x), "r"(y), "r"(bar), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += A (16 x 32, weight rows) * B (32 x 8, tokens), e4m3, f32 accumulation.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ float ld_peer_f32(uint32_t local_addr, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local_addr), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// Byte address of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows written by TMA
+// with the 128-byte swizzle (chunk index xor row mod 8, from a 1024-byte aligned base).
+__device__ __forceinline__ uint32_t swz(uint32_t base, int row, int chunk) {
+  return base + row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ void store_out(float v, __nv_bfloat16* p) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_out(float v, __half* p) { *p = __float2half_rn(v); }
+
+// What an output needs besides its sum: tensor/row scales (block scales were applied per K block)
+// and the bias. The weight side is loaded before griddepcontrol.wait, sa after it.
+template <class OutT>
+__device__ __forceinline__ float weight_side(const Params& p, int n, float& bias) {
+  bias = p.bias ? to_float(static_cast<const OutT*>(p.bias)[n]) : 0.f;
+  return p.scale_kind != 2 ? __ldg(p.sb + (p.sb_vector ? n : 0)) : 1.f;
+}
+__device__ __forceinline__ float act_side(const Params& p, int m) {
+  return p.scale_kind != 2 ? p.sa[p.sa_vector ? m : 0] : 1.f;
+}
+
+// One output: the sum, then (tensor/row kinds) times sa and times sb, then the bias.
+template <class OutT>
+__device__ __forceinline__ void store(const Params& p, float v, float sa, float sb, float bias, int m, int n) {
+  if (p.scale_kind != 2) {
+    v = v * sa;
+    v = v * sb;
+  }
+  if (p.bias) v += bias;
+  store_out(v, static_cast<OutT*>(p.out) + int64_t(m) * p.ldo + n);
+}
+template <class OutT>
+__device__ __forceinline__ void finish(const Params& p, float v, int m, int n) {
+  float bias;
+  const float sb = weight_side<OutT>(p, n, bias);
+  store<OutT>(p, v, act_side(p, m), sb, bias, m, n);
+}
+
+// ---- the kernel ---------------------------------------------------------------------------------
+
+template <class OutT, int kTokenTiles, int kRowTilesPerWarp, int kStages>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_fp8_gemm_decode(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
+                         const Params p) {
+  using T = Traits<kTokenTiles, kRowTilesPerWarp, kStages>;
+  constexpr int NT = kTokenTiles, RT = kRowTilesPerWarp;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t base = smem_u32(smem);
+  const uint32_t full0 = base + T::kBarOff, empty0 = full0 + kStages * 8;
+  float* sa_s = reinterpret_cast<float*>(smem + T::kSaOff);
+  float* sb_s = reinterpret_cast<float*>(smem + T::kSbOff);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = blockIdx.x * T::kRows;
+  const int kb0 = blockIdx.y * p.split_kblocks;
+  const int nk = min(p.kblocks, kb0 + p.split_kblocks) - kb0;
+  const bool block_scales = p.scale_kind == 2;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {
+    // ---- producer: one lane streams the tiles ----
+    if (lane == 0) {
+      const uint64_t keep = l2_policy_evict_last(), stream = l2_policy_evict_first();
+      const int pre = min(nk, kStages);
+      auto weight = [&](int i) {
+        const int s = i % kStages;
+        mbar_expect_tx(full0 + 8 * s, T::kWeightTile + T::kActTile);
+        tma_load_2d(base + T::kWeightOff + s * T::kWeightTile, &wmap, (kb0 + i) * kKBlock, row0, full0 + 8 * s,
+                    stream);
+      };
+      auto act = [&](int i) {
+        const int s = i % kStages;
+        tma_load_2d(base + T::kActOff + s * T::kActTile, &amap, (kb0 + i) * kKBlock, 0, full0 + 8 * s, keep);
+      };
+      if (p.prefetch_weight) {
+        for (int i = 0; i < pre; ++i) weight(i);
+        griddep_wait();
+      } else {
+        griddep_wait();
+        for (int i = 0; i < pre; ++i) weight(i);
+      }
+      for (int i = 0; i < pre; ++i) act(i);
+      for (int i = pre; i < nk; ++i) {
+        mbar_wait(empty0 + 8 * (i % kStages), ((i / kStages) & 1) ^ 1);
+        weight(i);
+        act(i);
+      }
+    }
+    __syncwarp();
+    griddep_launch_dependents();
+    griddep_wait();  // the split epilogue below reads sa with every lane
+  } else {
+    // ---- consumers ----
+    const int tid = threadIdx.x;  // 0..127
+    const int g = lane / 4, t = lane % 4;
+    const int tile0 = warp * RT * 16;  // this warp's first row in the block
+    // The epilogue's scales and bias, loaded now so that their latency hides behind the stream.
+    float e_sb[RT][2], e_bias[RT][2], e_sa[NT][2];
+    if (p.splits == 1) {
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int n = min(row0 + tile0 + 16 * r + g + 8 * h, p.n - 1);
+          e_sb[r][h] = weight_side<OutT>(p, n, e_bias[r][h]);
+        }
+    }
+    if (block_scales) {
+      // sb of this block's 128-row blocks over its K range (weights: before the wait), then sa.
+      const int nb0 = row0 / 128, nbs = min((T::kRows + 127) / 128, (p.n + 127) / 128 - nb0);
+      for (int i = tid; i < nbs * nk; i += kConsumerWarps * 32)
+        sb_s[i] = __ldg(p.sb + int64_t(nb0 + i / nk) * p.sb_ld + kb0 + i % nk);
+      griddep_wait();
+      for (int i = tid; i < nk * p.sa_ld; i += kConsumerWarps * 32) sa_s[i] = p.sa[int64_t(kb0) * p.sa_ld + i];
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));
+    } else {
+      griddep_wait();
+    }
+    if (p.splits == 1) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) e_sa[j][h] = act_side(p, min(8 * j + 2 * t + h, p.m - 1));
+    }
+
+    float acc[RT][NT][4];
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[r][j][e] = 0.f;
+
+    // ldmatrix lane roles: weight tile rows (two 8-row halves) and chunk pairs; token rows.
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
+    const int b_row = lane & 7, b_chunk = lane >> 3;
+
+    for (int i = 0; i < nk; ++i) {
+      const int s = i % kStages;
+      mbar_wait(full0 + 8 * s, (i / kStages) & 1);
+      const uint32_t wt = base + T::kWeightOff + s * T::kWeightTile;
+      const uint32_t at = base + T::kActOff + s * T::kActTile;
+      float part[RT][NT][4];
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[r][j][e] = 0.f;
+#pragma unroll
+      for (int kp = 0; kp < 2; ++kp) {  // two 32-wide k steps per 64 bytes
+        uint32_t b[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) ldmatrix_x4(b[j], swz(at, 8 * j + b_row, 4 * kp + b_chunk));
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+#pragma unroll
+          for (int r = 0; r < RT; ++r) {
+            uint32_t a[4];
+            ldmatrix_x4(a, swz(wt, tile0 + 16 * r + a_row, 2 * (2 * kp + ks) + a_chunk));
+#pragma unroll
+            for (int j = 0; j < NT; ++j) mma_e4m3(part[r][j], a, b[j][2 * ks], b[j][2 * ks + 1]);
+          }
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * s);
+      if (block_scales) {
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+          const int nb_local = (row0 + tile0 + 16 * r) / 128 - row0 / 128;
+          const float sbv = sb_s[nb_local * nk + i];
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int m = 8 * j + 2 * t + (e & 1);
+              const float sav = m < p.sa_ld ? sa_s[i * p.sa_ld + m] : 0.f;
+              acc[r][j][e] = __fmaf_rn(part[r][j][e], sav * sbv, acc[r][j][e]);
+            }
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[r][j][e] += part[r][j][e];
+      }
+    }
+
+    if (p.splits == 1) {
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int n = row0 + tile0 + 16 * r + g + (e >= 2 ? 8 : 0);
+            const int m = 8 * j + 2 * t + (e & 1);
+            if (n < p.n && m < p.m)
+              store<OutT>(p, acc[r][j][e], e_sa[j][e & 1], e_sb[r][e >> 1], e_bias[r][e >> 1], m, n);
+          }
+    } else {
+      // Every stage was consumed (each full barrier waited on), so the ring is free for the sums.
+      float* red = reinterpret_cast<float*>(smem + T::kWeightOff);
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            red[(8 * j + 2 * t + (e & 1)) * T::kRedLd + tile0 + 16 * r + g + (e >= 2 ? 8 : 0)] = acc[r][j][e];
+    }
+  }
+
+  if (p.splits > 1) {
+    cluster_sync();
+    // This block's share of the [M x kRows] outputs, summed over the splits in rank order.
+    const int rows = min(T::kRows, p.n - row0), count = p.m * rows;
+    const int per = (count + p.splits - 1) / p.splits;
+    const int first = blockIdx.y * per, last = min(count, first + per);
+    const uint32_t red = base + T::kWeightOff;
+    for (int idx = first + threadIdx.x; idx < last; idx += kThreads) {
+      const int m = idx / rows, r = idx % rows;
+      const uint32_t addr = red + (m * T::kRedLd + r) * 4;
+      float v = 0.f;
+      for (int q = 0; q < p.splits; ++q) v += ld_peer_f32(addr, q);
+      finish<OutT>(p, v, m, row0 + r);
+    }
+    cluster_sync();  // peers read this block's sums until here
+  }
+}
+
+}  // namespace fp8route::kernels::decode
