@@ -41,6 +41,28 @@ struct Row {
   bench::Measurement m;
 };
 
+constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;  // M, N, K of a GEMM (gemm.h)
+
+// `option`'s comma-separated integers, each in [lo, hi] at full width (a TP degree of 2^32 would
+// otherwise narrow to 0 and divide by it).
+std::vector<int64_t> int_list(const std::string& s, const char* option, int64_t lo, int64_t hi) {
+  std::vector<int64_t> v;
+  for (const std::string& tok : bench::parse_names(s)) {
+    size_t used = 0;
+    int64_t x = 0;
+    try {
+      x = std::stoll(tok, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FP8ROUTE_CHECK(used == tok.size() && x >= lo && x <= hi,
+                   option << ": expected comma-separated integers in [" << lo << ", " << hi << "], got '" << tok << "'");
+    v.push_back(x);
+  }
+  FP8ROUTE_CHECK(!v.empty(), option << ": expected at least one value, got '" << s << "'");
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,12 +80,28 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_name, "output dtype bf16 or f16")->capture_default_str();
   app.add_flag("--bias", bias, "add a bias vector");
   app.add_flag("--floor", with_floor, "also time a kernel that only reads the weight (backend floor, config read)");
-  app.add_option("--reps", reps, "timed graph replays (median reported)")->capture_default_str();
+  app.add_option("--reps", reps, "timed graph replays (median reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   app.add_option("--catalog", catalog, "shape catalog")->capture_default_str();
   app.add_option("--json", json_path, "write every measurement here");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // a bad option exits 2, like the checks below
+  }
 
   try {
+    // Every option is checked before the GPU is looked for.
+    const std::vector<int64_t> tp_list = int_list(tps, "--tp", 1, 1024);
+    const std::vector<int64_t> m_list = ms.empty() ? std::vector<int64_t>{} : int_list(ms, "--m", 1, kMaxDim);
+    std::vector<std::pair<int64_t, int64_t>> nk_list;
+    for (const std::string& nk : bench::parse_names(shapes)) {
+      const auto colon = nk.find(':');
+      FP8ROUTE_CHECK(colon != std::string::npos, "--shapes: expected N:K, got '" << nk << "'");
+      nk_list.emplace_back(int_list(nk.substr(0, colon), "--shapes (N)", 1, kMaxDim).at(0),
+                           int_list(nk.substr(colon + 1), "--shapes (K)", 1, kMaxDim).at(0));
+    }
     if (cuda_device_count() == 0) {
       std::fprintf(stderr, "gemm_bench: no GPU (%s)\n", cuda_unavailable_reason().c_str());
       return 2;
@@ -73,20 +111,17 @@ int main(int argc, char** argv) {
     std::vector<bench::LayerShape> layers;
     std::set<std::pair<int64_t, int64_t>> seen;
     if (!shapes.empty()) {
-      for (const std::string& nk : bench::parse_names(shapes)) {
-        const auto colon = nk.find(':');
-        FP8ROUTE_CHECK(colon != std::string::npos, "--shapes: expected N:K, got '" << nk << "'");
-        layers.push_back({"custom", nk, "none", 1, std::stoll(nk.substr(0, colon)), std::stoll(nk.substr(colon + 1))});
-      }
+      for (const auto& [n, k] : nk_list)
+        layers.push_back({"custom", std::to_string(n) + ":" + std::to_string(k), "none", 1, n, k});
     } else {
       const std::vector<std::string> want = bench::parse_names(models);
-      for (int64_t tp : bench::parse_list(tps))
+      for (int64_t tp : tp_list)
         for (const bench::LayerShape& l : bench::at_tp(cat.layers, static_cast<int>(tp))) {
           if (!want.empty() && std::find(want.begin(), want.end(), l.model) == want.end()) continue;
           if (seen.insert({l.n, l.k}).second) layers.push_back(l);
         }
     }
-    const std::vector<int64_t> m_grid = ms.empty() ? cat.m_grid : bench::parse_list(ms);
+    const std::vector<int64_t> m_grid = ms.empty() ? cat.m_grid : m_list;
     const DType out = parse_dtype(out_name, "--out");
     bench::MeasureOptions opt;
     opt.reps = reps;

@@ -61,6 +61,28 @@ struct Record {
   bench::Measurement m;
 };
 
+// A comma-separated list of integers in [lo, hi], checked when parsed, each at full width.
+CLI::Validator int_list(int64_t lo, int64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        const std::vector<std::string> toks = parse_names(s);
+        for (const std::string& tok : toks) {
+          size_t used = 0;
+          long long v = 0;
+          try {
+            v = std::stoll(tok, &used);
+          } catch (const std::exception&) {
+            used = 0;
+          }
+          if (used != tok.size() || v < lo || v > hi)
+            return "expected comma-separated integers in " + range + ", got '" + tok + "'";
+        }
+        return toks.empty() ? "expected at least one integer in " + range : "";
+      },
+      "INT[,INT...] in " + range);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,23 +94,32 @@ int main(int argc, char** argv) {
   app.add_option("--ops", ops, "comma list of group, silu_group, token, tensor_dynamic, floor (a kernel that "
                  "reads the bf16 [T, H] and writes T * H bytes, no arithmetic: the floor for these bytes)");
   app.add_option("--layouts", layouts, "layouts for op group: row_major, col_major, col_major_tma, ue8m0_tma");
-  app.add_option("--T", ts, "comma list of token counts");
-  app.add_option("--H", hs, "comma list of widths (output width for silu_group)");
-  app.add_option("--reps", reps, "timed graph replays (median reported), >= 20");
+  constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
+  app.add_option("--T", ts, "comma list of token counts")->check(int_list(1, kMaxDim));
+  app.add_option("--H", hs, "comma list of widths (output width for silu_group)")->check(int_list(16, kMaxDim));
+  app.add_option("--reps", reps, "timed graph replays (median reported), >= 20")->check(CLI::Range(1, 100000));
   app.add_option("--json", json_path, "write one record per (op, layout, T, H)");
-  app.add_option("--items", items, "group kernel items per thread: 0 = automatic rule, 1 or 4 forced");
+  app.add_option("--items", items, "group kernel items per thread: 0 = automatic rule, 1 or 4 forced")
+      ->check(CLI::IsMember({0, 1, 4}));
   int group_threads = 0;
   app.add_option("--group-threads", group_threads,
-                 "group kernel threads per block, at most: 0 = the rule (256), or 32..256");
+                 "group kernel threads per block, at most: 0 = the rule (256), or 32..256")
+      ->check(CLI::Range(0, 256));
   int group_vec = 0;
   app.add_option("--group-vec", group_vec,
-                 "elements per lane of the group kernel's small plain launches: 0 = the rule, 4 or 8");
+                 "elements per lane of the group kernel's small plain launches: 0 = the rule, 4 or 8")
+      ->check(CLI::IsMember({0, 4, 8}));
   int64_t cluster_max = -1;
   app.add_option("--tensor-cluster-max", cluster_max,
                  "tensor_dynamic: largest input (8-element vectors) run as one cluster launch; "
-                 "-1 = the library's rule, 0 = never");
+                 "-1 = the library's rule, 0 = never")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40));
   app.add_flag("--quick", quick, "T in 1,64,16384 and H 7168 only");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // a bad option exits 2, like --ops below
+  }
   if (quick) {
     ts = "1,64,16384";
     hs = "7168";

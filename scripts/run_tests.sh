@@ -15,5 +15,10 @@ if [ -f "$build/python/fp8route/_fp8route_ffi.so" ] && [ -x "$venv/bin/python" ]
 else
   echo "python tests: not run (no native module in $build/python/fp8route: tvm_ffi missing from the venv)"
 fi
+# The file readers' fuzz targets (fuzz/, clang with libFuzzer), FP8ROUTE_FUZZ_SECONDS each, when set
+# (scripts/test.sh sets it; their JUnit report joins the summary).
+if [ -n "${FP8ROUTE_FUZZ_SECONDS:-}" ]; then
+  bash "$root/scripts/fuzz.sh" --junit "$build/test-results/fuzz.xml" || rc=1
+fi
 python3 "$root/scripts/test_summary.py" "$build/test-results" || rc=1
 exit $rc

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Copies built binaries of build/release into build/gpu, small enough to carry to the GPU machine
 # (the whole build tree, CUTLASS objects included, is not; the carry limit is 64 MiB with the tree).
-# FP8ROUTE_STAGE picks what (default "tools tests python"):
+# FP8ROUTE_STAGE picks what (default "tools tests python data"):
 #   tools    fp8route, gemm_bench, quant_bench (FP8ROUTE_STAGE_TOOLS="fp8route" picks some)
 #   tests    the GoogleTest binaries (FP8ROUTE_STAGE_TESTS="test_gemm test_linear" picks some)
 #   python   the Python package's native module and a tvm-ffi wheel for the GPU machine's Python 3.12
 #            (it has no registry; run_tests_direct.sh installs the wheel into build/gpu/pylib there)
+#   data     routes/h200.json and shapes/models.json beside the tools (5.5 MB), where a binary run
+#            without FP8ROUTE_SOURCE_DIR finds them (src/route/data_files.h)
 # With the shared library (-DFP8ROUTE_SHARED=ON, off by default) everything staged is small; with
 # the default static build each binary carries the whole library (~5-6 MB stripped) and a call may
 # need to stage only some parts (all of it, 62 MiB, plus the tree is over the 64 MiB carry limit).
@@ -14,7 +16,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 src="$root/build/${FP8ROUTE_PRESET:-release}"
 dst="$root/build/gpu"
-what="${FP8ROUTE_STAGE:-tools tests python}"
+what="${FP8ROUTE_STAGE:-tools tests python data}"
 rm -rf "$dst"
 mkdir -p "$dst/tests"
 # The shared library (-DFP8ROUTE_SHARED=ON): the binaries find it through $ORIGIN-relative
@@ -40,7 +42,11 @@ for part in $what; do
       else
         echo "stage_gpu: no Python module in $src/python/fp8route (tvm_ffi missing from the venv?)" >&2
       fi ;;
-    *) echo "stage_gpu: unknown part '$part' (tools, tests, python)" >&2; exit 2 ;;
+    data)
+      mkdir -p "$dst/routes" "$dst/shapes"
+      cp "$root/routes/h200.json" "$dst/routes/"
+      cp "$root/shapes/models.json" "$dst/shapes/" ;;
+    *) echo "stage_gpu: unknown part '$part' (tools, tests, python, data)" >&2; exit 2 ;;
   esac
 done
 du -sh "$dst"

@@ -34,6 +34,7 @@
 #include "gemm/backend.h"
 #include "gemm/reference/reference.h"
 #include "gpu_util.h"
+#include "start_gate.h"
 #include "test_util.h"
 
 namespace fp8route {
@@ -406,8 +407,6 @@ TEST(GemmBackends, OddShapesRouteToACorrectBackend) {
   }
 }
 
-// ---- LinearPlan: the route it reports is the one it runs, with the scale form prepared for it ----
-
 // A table that sends every M of one layer to one backend first (then the plan falls through).
 std::shared_ptr<const Router> router_preferring(const std::string& backend, const std::string& config,
                                                 const GemmProblem& p) {
@@ -759,6 +758,241 @@ TEST(GemmBackends, DescribeNamesCuBlasLtAlgorithms) {
         }
     }
   EXPECT_GT(described, 0) << "cuBLASLt ran none of the problems";
+}
+
+// ---- operands of its own: graphs replayed at once, element-aligned scales and bias ----------------
+
+// One GEMM's operands in buffers of its own (Problem's share a pool), small-integer data (every
+// backend's output is then exactly the rounded reference), and the expected output bytes. Scales and
+// bias may sit one element past a 16-byte boundary, as a slice of a larger tensor does (one
+// expert's or one request's rows).
+struct OwnGemm {
+  GemmProblem p;
+  DeviceBuffer a, b, sa, sb, bias, out;
+  ScaledMmArgs args;
+  std::vector<uint8_t> want;  // y, rounded to out's dtype
+
+  OwnGemm(const GemmProblem& prob, uint64_t seed, bool offset_sa = false, bool offset_sb = false,
+          bool offset_bias = false)
+      : p(prob) {
+    const int64_t kb = (p.k + 127) / 128, ma = (p.m + 3) / 4 * 4, nb = (p.n + 127) / 128;
+    int64_t na = 1, nbs = 1;
+    if (p.scale == ScaleKind::row) na = p.sa_vector ? p.m : 1, nbs = p.sb_vector ? p.n : 1;
+    if (p.scale == ScaleKind::block) na = kb * ma, nbs = nb * kb;
+    const int es = dtype_size(p.out);
+    a = DeviceBuffer(p.m * p.k), b = DeviceBuffer(p.n * p.k);
+    sa = DeviceBuffer((na + 4) * 4), sb = DeviceBuffer((nbs + 4) * 4);
+    bias = DeviceBuffer((p.n + 8) * es), out = DeviceBuffer(p.m * p.n * es);
+    fill_codes<<<kFillGrid, kFillBlock>>>(a.as<uint8_t>(), p.m, p.k, p.k, seed ^ 1, true);
+    fill_codes<<<kFillGrid, kFillBlock>>>(b.as<uint8_t>(), p.n, p.k, p.k, seed ^ 2, true);
+    float* sa_p = sa.as<float>() + (offset_sa ? 1 : 0);
+    float* sb_p = sb.as<float>() + (offset_sb ? 1 : 0);
+    fill_scales<<<kFillGrid, kFillBlock>>>(sa_p, na, seed ^ 3, true);
+    fill_scales<<<kFillGrid, kFillBlock>>>(sb_p, nbs, seed ^ 4, true);
+    char* bias_p = bias.as<char>() + (offset_bias ? es : 0);
+    if (p.out == DType::bf16) fill_bias<<<kFillGrid, kFillBlock>>>(reinterpret_cast<__nv_bfloat16*>(bias_p), p.n, seed ^ 5, true);
+    else fill_bias<<<kFillGrid, kFillBlock>>>(reinterpret_cast<__half*>(bias_p), p.n, seed ^ 5, true);
+    args.scale = p.scale;
+    args.a = TensorView::contiguous(a.data(), DType::e4m3, {p.m, p.k});
+    args.b = TensorView::contiguous(b.data(), DType::e4m3, {p.n, p.k});
+    if (p.scale == ScaleKind::block) {
+      args.scale_a = TensorView::contiguous(sa_p, DType::f32, {kb, ma});
+      args.scale_b = TensorView::contiguous(sb_p, DType::f32, {nb, kb});
+    } else {
+      args.scale_a = TensorView::contiguous(sa_p, DType::f32, {na});
+      args.scale_b = TensorView::contiguous(sb_p, DType::f32, {nbs});
+    }
+    if (p.bias) args.bias = TensorView::contiguous(bias_p, p.out, {p.n});
+    args.out = TensorView::contiguous(out.data(), p.out, {p.m, p.n});
+    DeviceBuffer ref(p.m * p.n * 4);
+    gemm::reference_rows_f32(p, gemm::operands_of(args), nullptr, p.m, ref.as<float>(), nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> r(p.m * p.n);
+    std::memcpy(r.data(), download(ref.data(), r.size() * 4).data(), r.size() * 4);
+    want.resize(r.size() * 2);
+    for (size_t i = 0; i < r.size(); ++i) {
+      const uint16_t h = p.out == DType::bf16 ? ref::f32_to_bf16(r[i]) : ref::f32_to_f16(r[i]);
+      std::memcpy(&want[i * 2], &h, 2);
+    }
+  }
+
+  size_t out_bytes() const { return want.size(); }
+  // The output now, against `want` (a NaN poison left anywhere fails too).
+  testing::AssertionResult check(const std::string& what) const {
+    return test::bytes_equal(download(out.data(), out_bytes()), want, what.c_str(), p.n * 2);
+  }
+};
+
+// The configs that keep state in scratch between or within launches: skinny's split-K partials and
+// counters, CUTLASS's stream-K partials and flags, cuBLASLt's workspace (used when its algorithm
+// splits K).
+std::vector<std::pair<std::string, std::string>> scratch_configs(const GemmProblem& p) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::vector<std::string> built = gemm_backends();
+  for (const std::string& b : {std::string("skinny"), std::string("cutlass_sm90"), std::string("cublaslt")}) {
+    if (std::find(built.begin(), built.end(), b) == built.end()) continue;
+    for (const std::string& c : gemm_configs(b))
+      if ((b != "cutlass_sm90" || c.find("streamk") != std::string::npos) && gemm_supports(b, c, p).empty())
+        out.emplace_back(b, c);
+  }
+  return out;
+}
+
+// Two graphs captured on one stream, the same GEMM on different inputs, replayed at once on two other
+// streams: each replay gives its own output, and eager calls afterwards on the capture stream and on
+// a replay stream too. M = 8, N = 256, K = 1152 (9 K blocks) makes every config use its scratch:
+// skinny splits K 9 ways, more than a cluster holds, so the splits meet in global memory (partials,
+// counters); CUTLASS stream-K spreads 2 output tiles over the SMs through its workspace. With scratch
+// shared per capture stream, the two replays' blocks write one partials buffer and count on one
+// counter array (skinny: wrong sums, and counters left off zero, after which a call on the capture
+// stream writes nothing), or one replay's flag reset lands in the other's reduction (CUTLASS).
+TEST(GemmBackends, GraphsReplayedConcurrentlyKeepTheirScratch) {
+  FP8ROUTE_REQUIRE_SM90();
+  constexpr int kReplays = 32;  // per stream, released together
+  const GemmProblem p = make_problem(8, 256, 1152, ScaleKind::row, DType::bf16, false);
+  const auto configs = scratch_configs(p);
+  ASSERT_FALSE(configs.empty());
+  uint64_t idx = 5000;
+  for (const auto& [b, c] : configs) {
+    const std::string name = b + "/" + c;
+    OwnGemm g[2] = {OwnGemm(p, case_seed(++idx)), OwnGemm(p, case_seed(++idx))};
+    OwnGemm eager(p, case_seed(++idx));
+    cudaStream_t cap, replay[2];
+    ASSERT_EQ(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking), cudaSuccess);
+    for (cudaStream_t& r : replay) ASSERT_EQ(cudaStreamCreateWithFlags(&r, cudaStreamNonBlocking), cudaSuccess);
+    // A warm-up call on the capture stream first, as a server makes: the stream has scratch before
+    // the captures.
+    scaled_mm(eager.args, b, c, cap);
+    ASSERT_EQ(cudaStreamSynchronize(cap), cudaSuccess);
+    ASSERT_TRUE(eager.check("warm-up on the capture stream, " + name));
+    cudaGraph_t graph[2];
+    cudaGraphExec_t exec[2];
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_EQ(cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal), cudaSuccess);
+      std::string error;
+      try {
+        if (cudaMemsetAsync(g[i].out.data(), 0xFF, g[i].out_bytes(), cap) != cudaSuccess) error = "memset";
+        scaled_mm(g[i].args, b, c, cap);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      ASSERT_EQ(cudaStreamEndCapture(cap, &graph[i]), cudaSuccess) << name;
+      ASSERT_EQ(error, "") << name;
+      ASSERT_EQ(cudaGraphInstantiate(&exec[i], graph[i], 0), cudaSuccess) << name;
+    }
+    DeviceBuffer history[2] = {DeviceBuffer(kReplays * g[0].out_bytes()), DeviceBuffer(kReplays * g[1].out_bytes())};
+    {
+      test::StartGate gate;
+      ASSERT_TRUE(gate.ok());
+      for (cudaStream_t r : replay) ASSERT_TRUE(gate.hold(r));
+      for (int k = 0; k < kReplays; ++k)
+        for (int i = 0; i < 2; ++i) {
+          ASSERT_EQ(cudaGraphLaunch(exec[i], replay[i]), cudaSuccess);
+          ASSERT_EQ(cudaMemcpyAsync(history[i].as<char>() + k * g[i].out_bytes(), g[i].out.data(), g[i].out_bytes(),
+                                    cudaMemcpyDeviceToDevice, replay[i]),
+                    cudaSuccess);
+        }
+      gate.open();
+    }
+    for (cudaStream_t r : replay) ASSERT_EQ(cudaStreamSynchronize(r), cudaSuccess) << name;
+    for (int i = 0; i < 2; ++i) {
+      const std::vector<uint8_t> h = download(history[i].data(), kReplays * g[i].out_bytes());
+      int wrong = 0;
+      for (int k = 0; k < kReplays; ++k)
+        wrong += !std::equal(g[i].want.begin(), g[i].want.end(), h.begin() + k * g[i].out_bytes());
+      EXPECT_EQ(wrong, 0) << name << ": graph " << i << ": " << wrong << " of " << kReplays
+                          << " concurrent replays differ from the reference";
+    }
+    for (cudaStream_t s : {cap, replay[0]}) {
+      ASSERT_EQ(cudaMemsetAsync(eager.out.data(), 0xFF, eager.out_bytes(), s), cudaSuccess);
+      scaled_mm(eager.args, b, c, s);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_TRUE(eager.check((s == cap ? "eager on the capture stream after the replays, "
+                                        : "eager on a replay stream after the replays, ") + name));
+    }
+    for (int i = 0; i < 2; ++i) cudaGraphExecDestroy(exec[i]), cudaGraphDestroy(graph[i]);
+    for (cudaStream_t r : replay) cudaStreamDestroy(r);
+    cudaStreamDestroy(cap);
+    if (testing::Test::HasFailure()) return;  // one failing config is enough to read
+  }
+  std::printf("[gemm] concurrent graph replays checked on %zu configs\n", configs.size());
+}
+
+// Scales and bias one element past a 16-byte boundary (a slice of a larger tensor: an MoE loop's
+// expert, a request's rows) route and run exactly as aligned ones: the problem (the routing key)
+// is the aligned problem, the router picks a fast backend, and every config that supports the
+// aligned problem gives the reference's bytes with each operand offset. N = 4096, K = 7168 row
+// scales at M = 1, 2, 8 went to the reference kernel (16 us -> 710 us) when the scale pointers
+// counted in the problem's alignment; also block and tensor scales with bias.
+TEST(GemmBackends, ElementAlignedScalesAndBiasRunOnFastBackends) {
+  FP8ROUTE_REQUIRE_SM90();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<GemmProblem> problems;
+  for (int64_t m : {1, 2, 8}) problems.push_back(make_problem(m, 4096, 7168, ScaleKind::row, DType::bf16, false));
+  problems.push_back(make_problem(8, 4096, 7168, ScaleKind::row, DType::f16, true));
+  problems.push_back(make_problem(64, 2048, 7168, ScaleKind::block, DType::bf16, true));
+  problems.push_back(make_problem(16, 4096, 1024, ScaleKind::tensor, DType::bf16, true));
+  uint64_t idx = 6000;
+  std::map<std::string, int> ran;
+  for (const GemmProblem& p : problems) {
+    const OwnGemm aligned(p, case_seed(++idx));
+    for (int which = 0; which < 3; ++which) {
+      if (which == 2 && !p.bias) continue;
+      const char* operand = which == 0 ? "scale_a" : which == 1 ? "scale_b" : "bias";
+      OwnGemm g(p, case_seed(++idx), which == 0, which == 1, which == 2);
+      const std::string what = std::string(operand) + " one element off 16 bytes, " + to_string(p);
+      const GemmProblem got = check_scaled_mm(g.args);
+      EXPECT_EQ(got, check_scaled_mm(aligned.args)) << what << ": the routing key changed: " << to_string(got);
+      const Route r = default_router()->select(got);
+      EXPECT_NE(r.backend, "reference") << what << ": routed to the reference: " << r.why;
+      ASSERT_EQ(cudaMemsetAsync(g.out.data(), 0xFF, g.out_bytes(), stream), cudaSuccess);
+      scaled_mm(g.args, stream);  // the routed entry point
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_TRUE(g.check("routed to " + r.backend + "/" + r.config + ", " + what));
+      for (const std::string& b : gemm_backends()) {
+        if (b == "reference") continue;
+        for (const std::string& c : gemm_configs(b)) {
+          if (!gemm_supports(b, c, got).empty()) continue;
+          ASSERT_EQ(cudaMemsetAsync(g.out.data(), 0xFF, g.out_bytes(), stream), cudaSuccess);
+          scaled_mm(g.args, b, c, stream);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          EXPECT_TRUE(g.check(b + "/" + c + ", " + what));
+          ++ran[b];
+        }
+      }
+      if (testing::Test::HasFailure()) return;
+    }
+  }
+  for (const auto& [b, n] : ran) std::printf("[gemm] %-14s ran %d element-aligned cases\n", b.c_str(), n);
+  for (const char* b : {"cublaslt", "skinny"}) EXPECT_GT(ran[b], 0) << b << " ran none";
+  // The same offsets inside a captured graph: the aligned copies are made by the graph's own nodes.
+  OwnGemm g(problems[2], case_seed(++idx), true, true, false);
+  for (const std::string& b : gemm_backends()) {
+    if (b == "reference") continue;
+    for (const std::string& c : gemm_configs(b)) {
+      if (!gemm_supports(b, c, g.p).empty()) continue;
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+      std::string error;
+      try {
+        if (cudaMemsetAsync(g.out.data(), 0xFF, g.out_bytes(), stream) != cudaSuccess) error = "memset";
+        scaled_mm(g.args, b, c, stream);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << b << "/" << c;
+      ASSERT_EQ(error, "") << b << "/" << c;
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int rep = 0; rep < 2; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_TRUE(g.check("graph replay, " + b + "/" + c + ", offset scale_a and scale_b"));
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 namespace fp8route {
 namespace {
 
+// A fake device address; make_args puts its operands 16 GiB apart (offsets n << 34), so none overlaps another.
 void* fake(uintptr_t offset = 0) { return reinterpret_cast<void*>(uintptr_t{0x10000000} + offset); }
 
 struct Shape {
@@ -29,21 +30,21 @@ ScaledMmArgs make_args(Shape s, ScaleKind kind) {
   ScaledMmArgs a;
   a.scale = kind;
   a.a = TensorView::contiguous(fake(), DType::e4m3, {s.m, s.k});
-  a.b = TensorView::contiguous(fake(1 << 24), DType::e4m3, {s.n, s.k});
-  a.out = TensorView::contiguous(fake(2 << 24), DType::bf16, {s.m, s.n});
+  a.b = TensorView::contiguous(fake(1ull << 34), DType::e4m3, {s.n, s.k});
+  a.out = TensorView::contiguous(fake(2ull << 34), DType::bf16, {s.m, s.n});
   const int64_t kb = (s.k + 127) / 128;
   switch (kind) {
     case ScaleKind::tensor:
-      a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {1});
-      a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {1});
+      a.scale_a = TensorView::contiguous(fake(3ull << 34), DType::f32, {1});
+      a.scale_b = TensorView::contiguous(fake(4ull << 34), DType::f32, {1});
       break;
     case ScaleKind::row:
-      a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {s.m});
-      a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {s.n});
+      a.scale_a = TensorView::contiguous(fake(3ull << 34), DType::f32, {s.m});
+      a.scale_b = TensorView::contiguous(fake(4ull << 34), DType::f32, {s.n});
       break;
     case ScaleKind::block:
-      a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {kb, (s.m + 3) / 4 * 4});
-      a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {(s.n + 127) / 128, kb});
+      a.scale_a = TensorView::contiguous(fake(3ull << 34), DType::f32, {kb, (s.m + 3) / 4 * 4});
+      a.scale_b = TensorView::contiguous(fake(4ull << 34), DType::f32, {(s.n + 127) / 128, kb});
       break;
   }
   return a;
@@ -78,7 +79,7 @@ TEST(GemmArgs, ValidProblemsDescribeThemselves) {
     EXPECT_FALSE(p.bias);
   }
   ScaledMmArgs a = make_args({64, 4096, 14336}, ScaleKind::row);
-  a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {1});
+  a.scale_a = TensorView::contiguous(fake(3ull << 34), DType::f32, {1});
   const GemmProblem p = check_scaled_mm(a);
   EXPECT_FALSE(p.sa_vector);
   EXPECT_TRUE(p.sb_vector);
@@ -103,19 +104,19 @@ TEST(GemmArgs, BadArgumentsNameTheArgument) {
   a.a.dtype = DType::bf16;
   EXPECT_ERROR_MENTIONS(a, "a: dtype bf16 not allowed");
   a = make_args(s, ScaleKind::row);
-  a.b = TensorView::contiguous(fake(1 << 24), DType::e4m3, {s.n, s.k + 16});
+  a.b = TensorView::contiguous(fake(1ull << 34), DType::e4m3, {s.n, s.k + 16});
   EXPECT_ERROR_MENTIONS(a, "b: expected [N, K] with K = 512");
   a = make_args(s, ScaleKind::row);
-  a.out = TensorView::contiguous(fake(2 << 24), DType::f32, {s.m, s.n});
+  a.out = TensorView::contiguous(fake(2ull << 34), DType::f32, {s.m, s.n});
   EXPECT_ERROR_MENTIONS(a, "out: dtype f32 not allowed");
   a = make_args(s, ScaleKind::row);
-  a.out = TensorView::contiguous(fake(2 << 24), DType::bf16, {s.m, s.n + 1});
+  a.out = TensorView::contiguous(fake(2ull << 34), DType::bf16, {s.m, s.n + 1});
   EXPECT_ERROR_MENTIONS(a, "out: expected shape [16,256]");
   a = make_args(s, ScaleKind::row);
   a.a = TensorView::strided(fake(), DType::e4m3, {s.m, s.k}, {s.k - 16, 1});
   EXPECT_ERROR_MENTIONS(a, "a: row stride 496 must be >= 512");
   a = make_args(s, ScaleKind::row);
-  a.b = TensorView::strided(fake(1 << 24), DType::e4m3, {s.n, s.k}, {1, s.n});
+  a.b = TensorView::strided(fake(1ull << 34), DType::e4m3, {s.n, s.k}, {1, s.n});
   EXPECT_ERROR_MENTIONS(a, "b: last dim must have stride 1");
   a = make_args(s, ScaleKind::row);
   a.a.data = nullptr;
@@ -124,37 +125,37 @@ TEST(GemmArgs, BadArgumentsNameTheArgument) {
   a.a.device = Device::cpu();
   EXPECT_ERROR_MENTIONS(a, "a: must be CUDA device memory");
   a = make_args(s, ScaleKind::row);
-  a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {s.m + 1});
+  a.scale_a = TensorView::contiguous(fake(3ull << 34), DType::f32, {s.m + 1});
   EXPECT_ERROR_MENTIONS(a, "scale_a: row scales: expected [M] or one element");
   a = make_args(s, ScaleKind::tensor);
-  a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {s.n});
+  a.scale_b = TensorView::contiguous(fake(4ull << 34), DType::f32, {s.n});
   EXPECT_ERROR_MENTIONS(a, "scale_b: tensor scales: expected one element");
   a = make_args(s, ScaleKind::tensor);
   a.scale_a.dtype = DType::f16;
   EXPECT_ERROR_MENTIONS(a, "scale_a: dtype f16 not allowed");
   a = make_args(s, ScaleKind::row);
-  a.scale_b.data = fake((4 << 24) + 2);
+  a.scale_b.data = fake((4ull << 34) + 2);
   EXPECT_ERROR_MENTIONS(a, "scale_b: pointer");
   a = make_args({5, 256, 512}, ScaleKind::block);
-  a.scale_a = TensorView::contiguous(fake(3 << 24), DType::f32, {4, 5});  // M not padded to 8
+  a.scale_a = TensorView::contiguous(fake(3ull << 34), DType::f32, {4, 5});  // M not padded to 8
   EXPECT_ERROR_MENTIONS(a, "scale_a (block: [ceil(K/128), align(M, 4)], M-major): expected shape [4,8]");
   a = make_args({5, 256, 512}, ScaleKind::block);
-  a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {4, 2});  // transposed
+  a.scale_b = TensorView::contiguous(fake(4ull << 34), DType::f32, {4, 2});  // transposed
   EXPECT_ERROR_MENTIONS(a, "scale_b (block: [ceil(N/128), ceil(K/128)], contiguous or with rows padded to a multiple of 4): expected shape [2,4]");
   // K = 640: 5 blocks per row. Rows padded to 8 floats are the cuBLASLt form; padded to 6 is neither.
   a = make_args({8, 256, 640}, ScaleKind::block);
-  a.scale_b = TensorView::strided(fake(4 << 24), DType::f32, {2, 5}, {8, 1});
+  a.scale_b = TensorView::strided(fake(4ull << 34), DType::f32, {2, 5}, {8, 1});
   EXPECT_TRUE(check_scaled_mm(a).sb_padded);
   EXPECT_NE(to_string(check_scaled_mm(a)).find("sb=padded4"), std::string::npos);
   EXPECT_NE(gemm_supports("cutlass_sm90", "block_128x128x128_1x2x1_coop", check_scaled_mm(a)).find("unpadded"), std::string::npos);
-  a.scale_b = TensorView::strided(fake(4 << 24), DType::f32, {2, 5}, {6, 1});
+  a.scale_b = TensorView::strided(fake(4ull << 34), DType::f32, {2, 5}, {6, 1});
   EXPECT_ERROR_MENTIONS(a, "contiguous or with rows padded to a multiple of 4");
-  a.scale_b = TensorView::contiguous(fake(4 << 24), DType::f32, {2, 5});
+  a.scale_b = TensorView::contiguous(fake(4ull << 34), DType::f32, {2, 5});
   EXPECT_FALSE(check_scaled_mm(a).sb_padded);
   a = make_args(s, ScaleKind::row);
-  a.bias = TensorView::contiguous(fake(5 << 24), DType::f16, {s.n});
+  a.bias = TensorView::contiguous(fake(5ull << 34), DType::f16, {s.n});
   EXPECT_ERROR_MENTIONS(a, "bias: dtype f16 not allowed");
-  a.bias = TensorView::contiguous(fake(5 << 24), DType::bf16, {s.n - 1});
+  a.bias = TensorView::contiguous(fake(5ull << 34), DType::bf16, {s.n - 1});
   EXPECT_ERROR_MENTIONS(a, "bias: expected a contiguous [N] = [256] vector");
   a = make_args({16, 256, 0}, ScaleKind::tensor);
   EXPECT_ERROR_MENTIONS(a, "a: K must be >= 1");
@@ -169,6 +170,27 @@ TEST(GemmArgs, EmptyProblemReturnsAtOnce) {
     EXPECT_NO_THROW(scaled_mm(make_args({0, 256, 512}, kind), nullptr));
     EXPECT_NO_THROW(scaled_mm(make_args({0, 256, 512}, kind), "reference", "", nullptr));
     EXPECT_NO_THROW(scaled_mm(make_args({4, 0, 512}, kind), nullptr));
+  }
+}
+
+// DLPack and torch give an empty tensor a null pointer: M = 0 or N = 0 with the empty operands
+// null is an empty problem, not a bad pointer (nothing is enqueued, no GPU needed). A null pointer
+// with elements behind it is still an error.
+TEST(GemmArgs, EmptyOperandsMayBeNull) {
+  for (ScaleKind kind : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block}) {
+    ScaledMmArgs m0 = make_args({0, 256, 512}, kind);
+    m0.a.data = m0.out.data = nullptr;
+    if (kind != ScaleKind::tensor) m0.scale_a.data = nullptr;  // [0], or [ceil(K/128), 0]
+    EXPECT_EQ(check_scaled_mm(m0).m, 0) << name(kind);
+    EXPECT_NO_THROW(scaled_mm(m0, nullptr)) << name(kind);
+    EXPECT_NO_THROW(scaled_mm(m0, "reference", "", nullptr)) << name(kind);
+    ScaledMmArgs n0 = make_args({4, 0, 512}, kind);
+    n0.b.data = n0.out.data = nullptr;
+    if (kind != ScaleKind::tensor) n0.scale_b.data = nullptr;  // [0], or [0, ceil(K/128)]
+    EXPECT_EQ(check_scaled_mm(n0).n, 0) << name(kind);
+    EXPECT_NO_THROW(scaled_mm(n0, nullptr)) << name(kind);
+    n0.a.data = nullptr;
+    EXPECT_ERROR_MENTIONS(n0, "a: null pointer");
   }
 }
 

@@ -10,10 +10,14 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "bench/shapes.h"
+#include "fp8route/buffer.h"
 #include "fp8route/error.h"
 #include "fp8route/linear.h"
 #include "fp8route/route.h"
+#include "test_util.h"
 
 namespace fp8route {
 namespace {
@@ -116,6 +120,64 @@ TEST(LinearLayout, PlanRouterAgreesWithTheFullTable) {
       }
   std::printf("plan routers: %zu layers x activation kinds, %zu (layer, M) routes agree; %.1f table entries per plan\n",
               layers, checked, double(sliced_entries) / layers);
+}
+
+// Runs fn, expects Error(invalid_argument) whose message contains `word`.
+template <class F>
+void expect_invalid(F&& fn, const std::string& word) {
+  try {
+    fn();
+    ADD_FAILURE() << "no exception; expected one naming '" << word << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+  }
+}
+
+// The layer's tensors share one device, checked before any load-time work (fake addresses: no GPU).
+TEST(LinearPlanArgs, WeightScaleAndBiasOnTheWeightsDevice) {
+  auto at = [](uintptr_t slot) { return reinterpret_cast<void*>((uintptr_t{1} << 36) + (slot << 32)); };
+  const TensorView w = TensorView::contiguous(at(0), DType::e4m3, {256, 512});
+  expect_invalid([&] { (void)LinearPlan(w, TensorView::contiguous(at(1), DType::f32, {256}, Device::cuda(1)), ScaleKind::row, DType::bf16); },
+                 "weight_scale and weight: must be on one device");
+  expect_invalid([&] {
+    (void)LinearPlan(w, TensorView::contiguous(at(1), DType::f32, {256}), ScaleKind::row, DType::bf16,
+               TensorView::contiguous(at(2), DType::bf16, {256}, Device::cuda(1)));
+  }, "bias and weight: must be on one device");
+}
+
+// LinearPlan::run: an empty batch with the null pointers DLPack gives empty tensors returns at
+// once; the call's tensors on another device, or an output over an input, are errors naming them,
+// raised before anything runs (the output keeps its poison).
+TEST(LinearPlanGpu, EmptyBatchDevicesAndOverlap) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU: " << cuda_unavailable_reason();
+  const int64_t n = 256, k = 512, m = 16;
+  // bias's allocation holds a whole [M, N] output, so that an out view over it overlaps nothing else.
+  DeviceBuffer w(n * k), ws(n * 4), a(m * k), as(m * 4), out(m * n * 2), bias(m * n * 2);
+  for (const DeviceBuffer* b : {&w, &ws, &a, &as, &bias}) ASSERT_EQ(cudaMemset(b->data(), 0, b->bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMemset(out.data(), 0x7B, out.bytes()), cudaSuccess);
+  const LinearPlan plan(TensorView::contiguous(w.data(), DType::e4m3, {n, k}),
+                        TensorView::contiguous(ws.data(), DType::f32, {n}), ScaleKind::row, DType::bf16,
+                        TensorView::contiguous(bias.data(), DType::bf16, {n}));
+  EXPECT_NO_THROW(plan.run(TensorView::contiguous(nullptr, DType::e4m3, {0, k}), TensorView::contiguous(nullptr, DType::f32, {0}),
+                           TensorView::contiguous(nullptr, DType::bf16, {0, n}), nullptr));
+  const TensorView av = TensorView::contiguous(a.data(), DType::e4m3, {m, k});
+  const TensorView sv = TensorView::contiguous(as.data(), DType::f32, {m});
+  const TensorView ov = TensorView::contiguous(out.data(), DType::bf16, {m, n});
+  auto on1 = [](TensorView v) {
+    v.device = Device::cuda(1);
+    return v;
+  };
+  expect_invalid([&] { plan.run(on1(av), sv, ov, nullptr); }, "a and weight: must be on one device");
+  expect_invalid([&] { plan.run(av, on1(sv), ov, nullptr); }, "a_scale and weight: must be on one device");
+  expect_invalid([&] { plan.run(av, sv, on1(ov), nullptr); }, "out and weight: must be on one device");
+  expect_invalid([&] { plan.run(av, sv, TensorView::contiguous(a.data(), DType::bf16, {m, n}), nullptr); }, "out and a overlap");
+  expect_invalid([&] { plan.run(av, sv, TensorView::contiguous(bias.data(), DType::bf16, {m, n}), nullptr); },
+                 "out and bias overlap");
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> host(out.bytes());
+  ASSERT_EQ(cudaMemcpy(host.data(), out.data(), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (uint8_t b : host) ASSERT_EQ(b, 0x7B) << "out written by a call that raised";
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "fp8route/reference.h"
 #include "gpu_util.h"
 #include "quant/quant_internal.h"
+#include "start_gate.h"
 #include "test_util.h"
 
 namespace fp8route {
@@ -359,12 +360,62 @@ TEST(GroupQuantGpu, MaskedFusedSiluAndMul) {
 
 // ---- scatter MoE form -----------------------------------------------------------------------------
 
+// Runs the scatter form of x [T, H] bf16 into poisoned outputs of `rows` rows (`reps` times, on
+// fresh poison) and checks each row against the CPU reference of its owner token: the token of the
+// largest entry t * topk + j naming the row (quant.h), its codes and its scales, whole; rows no
+// entry names keep the poison, and the scales' layout padding is zero.
+void check_scatter(const GroupQuantSpec& s, const std::vector<uint8_t>& x, const std::vector<int32_t>& src2dst,
+                   int64_t T, int64_t H, int64_t topk, int64_t rows, int reps = 1) {
+  DeviceBuffer dx = upload(x), dmap = upload(src2dst);
+  GroupQuantOutputs out = allocate_group_quant_outputs(s, rows, H);
+  const auto want = ref::per_token_group_quant(x.data(), DType::bf16, T, H, H, s);
+  const QuantLayout& L = out.layout;
+  const QuantLayout& WL = want.layout;
+  std::vector<int64_t> src_of(rows, -1);  // the owner's token
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < topk; ++j) {
+      const int32_t d = src2dst[t * topk + j];
+      if (d >= 0 && d < rows) src_of[d] = t;  // entries in increasing order: the last one is the largest
+    }
+  for (int rep = 0; rep < reps; ++rep) {
+    poison(out.code_buffer, 0xAB);
+    poison(out.scale_buffer, 0xFF);
+    // No tokens: the null pointers DLPack gives empty tensors.
+    scatter_per_token_group_quant(TensorView::contiguous(T ? dx.data() : nullptr, DType::bf16, {T, H}),
+                                  TensorView::contiguous(T ? dmap.data() : nullptr, DType::i32, {T, topk}), s,
+                                  out.q, out.s, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto codes = download(out.code_buffer.data(), out.layout.code_bytes);
+    const auto scales = download(out.scale_buffer.data(), out.layout.scale_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = src_of[r];
+      for (int64_t i = 0; i < H; ++i)
+        ASSERT_EQ(codes[r * H + i], t < 0 ? 0xAB : want.codes[t * H + i])
+            << to_string(s) << " row " << r << " (token " << t << ") i " << i << " rep " << rep;
+      for (int64_t c = 0; c < L.scale_cols; ++c)
+        for (int b = 0; b < 4; ++b) {
+          const uint8_t g = scales[(r * L.scale_stride_t + c * L.scale_stride_c) * 4 + b];
+          const uint8_t w = t < 0 ? 0xFF : want.scales[(t * WL.scale_stride_t + c * WL.scale_stride_c) * 4 + b];
+          ASSERT_EQ(g, w) << to_string(s) << " row " << r << " (token " << t << ") col " << c << " byte " << b
+                          << " rep " << rep;
+        }
+    }
+    for (int64_t r = rows; r < L.t_pad; ++r)
+      for (int64_t c = 0; c < L.scale_cols; ++c)
+        for (int b = 0; b < 4; ++b)
+          ASSERT_EQ(scales[(r * L.scale_stride_t + c * L.scale_stride_c) * 4 + b], 0) << "padding";
+  }
+}
+
+const GroupQuantSpec kScatterSpecs[] = {
+    {128, DType::e4m3, ScaleRounding::pow2, ScaleStorage::ue8m0_packed, ScaleLayout::col_major_tma},
+    {128, DType::e4m3, ScaleRounding::none, ScaleStorage::f32, ScaleLayout::col_major},
+    {128, DType::e4m3, ScaleRounding::pow2, ScaleStorage::f32, ScaleLayout::col_major_tma}};
+
 TEST(GroupQuantGpu, ScatterToDestinationRows) {
   FP8ROUTE_REQUIRE_SM90();
   auto rng = test::make_rng(109);
-  for (const GroupQuantSpec& s : {GroupQuantSpec{128, DType::e4m3, ScaleRounding::pow2, ScaleStorage::ue8m0_packed, ScaleLayout::col_major_tma},
-                                  GroupQuantSpec{128, DType::e4m3, ScaleRounding::none, ScaleStorage::f32, ScaleLayout::col_major},
-                                  GroupQuantSpec{128, DType::e4m3, ScaleRounding::pow2, ScaleStorage::f32, ScaleLayout::col_major_tma}}) {
+  for (const GroupQuantSpec& s : kScatterSpecs) {
     const int64_t T = 13, H = 7168, topk = 4, rows = 2 * T * topk + 3;  // rows % 4 != 0: padded
     auto x = test::random_activations(DType::bf16, T * H, rng);
     // Distinct destination rows; some slots -1; one out of range (skipped, never written).
@@ -374,41 +425,39 @@ TEST(GroupQuantGpu, ScatterToDestinationRows) {
     std::vector<int32_t> src2dst(T * topk);
     for (int64_t i = 0; i < T * topk; ++i) src2dst[i] = (i % 5 == 3) ? -1 : perm[i];
     src2dst[7] = static_cast<int32_t>(rows + 100);
-    DeviceBuffer dx = upload(x), dmap = upload(src2dst);
-    GroupQuantOutputs out = allocate_group_quant_outputs(s, rows, H);
-    poison(out.code_buffer, 0xAB);
-    poison(out.scale_buffer, 0xFF);
-    scatter_per_token_group_quant(TensorView::contiguous(dx.data(), DType::bf16, {T, H}),
-                                  TensorView::contiguous(dmap.data(), DType::i32, {T, topk}), s,
-                                  out.q, out.s, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    auto codes = download(out.code_buffer.data(), out.layout.code_bytes);
-    auto scales = download(out.scale_buffer.data(), out.layout.scale_bytes);
-    auto want = ref::per_token_group_quant(x.data(), DType::bf16, T, H, H, s);
-    const QuantLayout& L = out.layout;
-    const QuantLayout& WL = want.layout;
-    std::vector<int64_t> src_of(rows, -1);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < topk; ++j) {
-        const int32_t d = src2dst[t * topk + j];
-        if (d >= 0 && d < rows) src_of[d] = t;
-      }
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t t = src_of[r];
-      for (int64_t i = 0; i < H; ++i)
-        ASSERT_EQ(codes[r * H + i], t < 0 ? 0xAB : want.codes[t * H + i]) << "row " << r << " i " << i;
-      for (int64_t c = 0; c < L.scale_cols; ++c)
-        for (int b = 0; b < 4; ++b) {
-          const uint8_t g = scales[(r * L.scale_stride_t + c * L.scale_stride_c) * 4 + b];
-          const uint8_t w = t < 0 ? 0xFF : want.scales[(t * WL.scale_stride_t + c * WL.scale_stride_c) * 4 + b];
-          ASSERT_EQ(g, w) << to_string(s) << " row " << r << " col " << c << " byte " << b;
-        }
-    }
-    for (int64_t r = rows; r < L.t_pad; ++r)
-      for (int64_t c = 0; c < L.scale_cols; ++c)
-        for (int b = 0; b < 4; ++b)
-          ASSERT_EQ(scales[(r * L.scale_stride_t + c * L.scale_stride_c) * 4 + b], 0) << "padding";
+    check_scatter(s, x, src2dst, T, H, topk, rows);
   }
+}
+
+// Rows that several entries name (a caller's bad map, or two slots of one token): each holds one
+// token's codes and scales, whole, and always the same one. The contested rows are named last
+// (j = topk - 1) by a small token and first (j = 0) by a large one, whose kernels run at once, so
+// that without a rule the small token's late writes, or a mix of the two, would land.
+TEST(GroupQuantGpu, ScatterDuplicateDestinationsTakeOneTokenWhole) {
+  FP8ROUTE_REQUIRE_SM90();
+  auto rng = test::make_rng(115);
+  for (const GroupQuantSpec& s : kScatterSpecs) {
+    const int64_t T = 48, H = 7168, topk = 8, rows = T * topk / 2 + 1;
+    auto x = test::random_activations(DType::bf16, T * H, rng);
+    std::uniform_int_distribution<int32_t> dst(-1, static_cast<int32_t>(rows) - 1);
+    std::vector<int32_t> src2dst(T * topk);
+    for (int32_t& d : src2dst) d = dst(rng);  // about two entries per row
+    for (int64_t t = 0; t < T / 4; ++t) {
+      const int32_t r = static_cast<int32_t>(t);
+      src2dst[t * topk + topk - 1] = r;
+      src2dst[(T - 1 - t) * topk] = r;
+    }
+    src2dst[5 * topk + 2] = src2dst[5 * topk + 6] = static_cast<int32_t>(rows - 1);  // one token, two slots
+    check_scatter(s, x, src2dst, T, H, topk, rows, /*reps=*/3);
+  }
+}
+
+// A scatter with no tokens (x, src2dst and no entries: null pointers) writes no row, and still
+// zeroes the scales' layout padding.
+TEST(GroupQuantGpu, ScatterWithNoTokensZeroesOnlyThePadding) {
+  FP8ROUTE_REQUIRE_SM90();
+  for (const GroupQuantSpec& s : kScatterSpecs)
+    check_scatter(s, {}, {}, 0, 512, 4, /*rows=*/5);
 }
 
 // ---- per-token and per-tensor ---------------------------------------------------------------------
@@ -580,30 +629,32 @@ void expect_invalid(F&& fn, const std::string& word) {
 // These need no GPU: every argument check runs before the device is touched, so fake device
 // pointers are never dereferenced.
 TEST(QuantArgs, ErrorsNameTheArgument) {
-  void* fake = reinterpret_cast<void*>(0x100000);
+  // One fake address per tensor (1 MiB apart: no two overlap, which is an error of its own).
+  char* fake = reinterpret_cast<char*>(0x100000);
+  char *fq = fake + (1 << 20), *fs = fake + (2 << 20), *fi = fake + (3 << 20);
   const GroupQuantSpec s{128, DType::e4m3, ScaleRounding::none, ScaleStorage::f32, ScaleLayout::row_major};
   const QuantLayout L = quant_layout(s, 4, 512);
   const TensorView x = TensorView::contiguous(fake, DType::bf16, {4, 512});
-  const TensorView q = TensorView::contiguous(fake, DType::e4m3, {4, 512});
-  const TensorView sc = TensorView::contiguous(fake, DType::f32, {L.scale_shape[0], L.scale_shape[1]});
+  const TensorView q = TensorView::contiguous(fq, DType::e4m3, {4, 512});
+  const TensorView sc = TensorView::contiguous(fs, DType::f32, {L.scale_shape[0], L.scale_shape[1]});
   expect_invalid([&] { per_token_group_quant(TensorView::contiguous(fake, DType::i8, {4, 512}), s, q, sc, nullptr); }, "x: dtype");
   expect_invalid([&] { per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {4, 500}), s, q, sc, nullptr); }, "group_size");
   GroupQuantSpec bad = s;
   bad.storage = ScaleStorage::ue8m0_packed;
   expect_invalid([&] { per_token_group_quant(x, bad, q, sc, nullptr); }, "storage");
-  expect_invalid([&] { per_token_group_quant(x, s, q, TensorView::contiguous(fake, DType::f32, {4, 3}), nullptr); }, "s: expected shape");
-  expect_invalid([&] { per_token_group_quant(x, s, q, TensorView::contiguous(static_cast<char*>(fake) + 2, DType::f32, {4, 4}), nullptr); }, "s: pointer");
-  expect_invalid([&] { per_token_group_quant(x, s, TensorView::contiguous(fake, DType::i8, {4, 512}), sc, nullptr); }, "q: dtype");
-  expect_invalid([&] { per_token_group_quant(x, s, TensorView::contiguous(fake, DType::e4m3, {3, 512}), sc, nullptr); }, "q: expected shape");
+  expect_invalid([&] { per_token_group_quant(x, s, q, TensorView::contiguous(fs, DType::f32, {4, 3}), nullptr); }, "s: expected shape");
+  expect_invalid([&] { per_token_group_quant(x, s, q, TensorView::contiguous(fs + 2, DType::f32, {4, 4}), nullptr); }, "s: pointer");
+  expect_invalid([&] { per_token_group_quant(x, s, TensorView::contiguous(fq, DType::i8, {4, 512}), sc, nullptr); }, "q: dtype");
+  expect_invalid([&] { per_token_group_quant(x, s, TensorView::contiguous(fq, DType::e4m3, {3, 512}), sc, nullptr); }, "q: expected shape");
   expect_invalid([&] { per_token_group_quant(TensorView::contiguous(nullptr, DType::bf16, {4, 512}), s, q, sc, nullptr); }, "x: null");
-  expect_invalid([&] { per_token_group_quant(TensorView::contiguous(static_cast<char*>(fake) + 2, DType::bf16, {4, 512}), s, q, sc, nullptr); }, "x: pointer");
+  expect_invalid([&] { per_token_group_quant(TensorView::contiguous(fake + 2, DType::bf16, {4, 512}), s, q, sc, nullptr); }, "x: pointer");
   expect_invalid([&] { per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {4, 512}, Device::cpu()), s, q, sc, nullptr); }, "x: must be CUDA");
   expect_invalid([&] { silu_and_mul_per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {4, 1000}), s, q, sc, nullptr); }, "x: H");
-  expect_invalid([&] { masked_per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {2, 4, 512}), TensorView::contiguous(fake, DType::i32, {3}), s, q, sc, nullptr); }, "masked_m");
-  expect_invalid([&] { scatter_per_token_group_quant(x, TensorView::contiguous(fake, DType::f32, {4, 2}), s, q, sc, nullptr); }, "src2dst");
-  expect_invalid([&] { per_token_quant(x, q, TensorView::contiguous(fake, DType::f32, {5}), ScaleRounding::none, nullptr); }, "s: expected shape");
-  expect_invalid([&] { per_tensor_quant_static(x, TensorView::contiguous(fake, DType::f32, {2}), q, nullptr); }, "scale");
-  expect_invalid([&] { per_tensor_quant_dynamic(x, TensorView::contiguous(fake, DType::bf16, {4, 512}), TensorView::contiguous(fake, DType::f32, {1}), nullptr); }, "q: dtype");
+  expect_invalid([&] { masked_per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {2, 4, 512}), TensorView::contiguous(fi, DType::i32, {3}), s, q, sc, nullptr); }, "masked_m");
+  expect_invalid([&] { scatter_per_token_group_quant(x, TensorView::contiguous(fi, DType::f32, {4, 2}), s, q, sc, nullptr); }, "src2dst");
+  expect_invalid([&] { per_token_quant(x, q, TensorView::contiguous(fs, DType::f32, {5}), ScaleRounding::none, nullptr); }, "s: expected shape");
+  expect_invalid([&] { per_tensor_quant_static(x, TensorView::contiguous(fs, DType::f32, {2}), q, nullptr); }, "scale");
+  expect_invalid([&] { per_tensor_quant_dynamic(x, TensorView::contiguous(fq, DType::bf16, {4, 512}), TensorView::contiguous(fs, DType::f32, {1}), nullptr); }, "q: dtype");
 }
 
 TEST(QuantArgs, NothingWrittenOnError) {
@@ -626,13 +677,57 @@ TEST(QuantArgs, NothingWrittenOnError) {
   for (uint8_t b : download(out.scale_buffer.data(), out.layout.scale_bytes)) ASSERT_EQ(b, 0xCD);
 }
 
-TEST(QuantArgs, EmptyInputsReturnAtOnce) {
+// An empty input (T = 0, or E = 0) with the null pointers DLPack and torch give empty tensors is
+// checked like any other and launches nothing (no GPU needed), for every op that writes nothing
+// then; a null pointer with elements behind it is still refused.
+TEST(QuantArgs, EmptyInputsMayHaveNullPointers) {
+  void* fake = reinterpret_cast<void*>(0x100000);
+  auto empty = [](DType d, std::initializer_list<int64_t> shape) { return TensorView::contiguous(nullptr, d, shape); };
+  for (const GroupQuantSpec& s : {GroupQuantSpec{128, DType::e4m3, ScaleRounding::none, ScaleStorage::f32, ScaleLayout::row_major},
+                                  GroupQuantSpec{64, DType::i8, ScaleRounding::none, ScaleStorage::f32, ScaleLayout::col_major},
+                                  GroupQuantSpec{128, DType::e4m3, ScaleRounding::pow2, ScaleStorage::ue8m0_packed, ScaleLayout::col_major_tma}}) {
+    const QuantLayout L = quant_layout(s, 0, 512);
+    const TensorView q = empty(s.code, {0, 512}), sc = empty(L.scale_dtype, {L.scale_shape[0], L.scale_shape[1]});
+    EXPECT_NO_THROW(per_token_group_quant(empty(DType::bf16, {0, 512}), s, q, sc, nullptr)) << to_string(s);
+    EXPECT_NO_THROW(silu_and_mul_per_token_group_quant(empty(DType::f32, {0, 1024}), s, q, sc, nullptr)) << to_string(s);
+    // Scatter from no tokens into no rows.
+    EXPECT_NO_THROW(scatter_per_token_group_quant(empty(DType::f16, {0, 512}), empty(DType::i32, {0, 8}), s, q, sc, nullptr))
+        << to_string(s);
+    // Masked: experts with T_pad = 0 (masked_m has elements, so a pointer), then no experts.
+    const QuantLayout LE = quant_layout(s, 0, 512, 3);
+    EXPECT_NO_THROW(masked_per_token_group_quant(
+        empty(DType::bf16, {3, 0, 512}), TensorView::contiguous(fake, DType::i32, {3}), s, empty(s.code, {3, 0, 512}),
+        empty(LE.scale_dtype, {LE.scale_shape[0], LE.scale_shape[1], LE.scale_shape[2]}), nullptr)) << to_string(s);
+    const QuantLayout L0 = quant_layout(s, 4, 512, 1);
+    EXPECT_NO_THROW(masked_silu_and_mul_per_token_group_quant(
+        empty(DType::bf16, {0, 4, 1024}), empty(DType::i32, {0}), s, empty(s.code, {0, 4, 512}),
+        empty(L0.scale_dtype, {0, L0.scale_shape[1], L0.scale_shape[2]}), nullptr)) << to_string(s);
+  }
+  EXPECT_NO_THROW(per_token_quant(empty(DType::bf16, {0, 4096}), empty(DType::e4m3, {0, 4096}), empty(DType::f32, {0}),
+                                  ScaleRounding::pow2, nullptr));
+  EXPECT_NO_THROW(per_tensor_quant_static(empty(DType::f16, {0, 4096}), TensorView::contiguous(fake, DType::f32, {1}),
+                                          empty(DType::i8, {0, 4096}), nullptr));
+  expect_invalid([&] { per_token_quant(empty(DType::bf16, {2, 4096}), empty(DType::e4m3, {0, 4096}), empty(DType::f32, {0}),
+                                       ScaleRounding::none, nullptr); }, "x: null pointer");
+  expect_invalid([&] { per_tensor_quant_static(empty(DType::f16, {0, 4096}), empty(DType::f32, {1}), empty(DType::i8, {0, 4096}),
+                                               nullptr); }, "scale: null pointer");
+}
+
+// The dynamic per-tensor quant of an empty x still writes its scale: amax 0, floored, over qmax.
+TEST(RowQuantGpu, PerTensorDynamicEmptyWritesTheFloorScale) {
   FP8ROUTE_REQUIRE_SM90();
-  const GroupQuantSpec s{128, DType::e4m3, ScaleRounding::none, ScaleStorage::f32, ScaleLayout::col_major_tma};
-  GroupQuantOutputs out = allocate_group_quant_outputs(s, 0, 512);
-  DeviceBuffer dx(16);
-  EXPECT_NO_THROW(per_token_group_quant(TensorView::contiguous(dx.data(), DType::bf16, {0, 512}), s, out.q, out.s, nullptr));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (DType in : {DType::bf16, DType::f16, DType::f32})
+    for (DType code : {DType::e4m3, DType::i8}) {
+      DeviceBuffer ds(4);
+      poison(ds, 0xFF);
+      per_tensor_quant_dynamic(TensorView::contiguous(nullptr, in, {0, 4096}), TensorView::contiguous(nullptr, code, {0, 4096}),
+                               TensorView::contiguous(ds.data(), DType::f32, {1}), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      float s;
+      std::memcpy(&s, download(ds.data(), 4).data(), 4);
+      EXPECT_EQ(s, ref::per_tensor_quant_dynamic(nullptr, in, 0, 4096, 4096, code).scales[0]);
+      EXPECT_EQ(s, kAmaxFloor / code_qmax(code)) << dtype_name(in) << " " << dtype_name(code);
+    }
 }
 
 // ---- the widths above are the models' ------------------------------------------------------------
@@ -647,6 +742,106 @@ TEST(ShapesFile, WidthsComeFromModelsJson) {
   for (const auto& [model, layers] : j["models"].items())
     for (const auto& l : layers) ks.insert(l["k"].get<int64_t>());
   for (int64_t w : kWidths) EXPECT_TRUE(ks.count(w)) << w << " is not the k of any models.json layer";
+}
+
+// ---- graphs replayed at the same time on several streams ----------------------------------------
+
+// Two graphs captured on one stream, each running the two-launch dynamic per-tensor quant on its own
+// input, replayed at once on two other streams: each replay must give its own input's scale and
+// codes (the amax slot, block counter and multiplier belong to one graph), and eager calls on the
+// capture stream and a replay stream afterwards must too (nothing left dirty). With scratch shared
+// per capture stream, the replays' amax kernels (896 blocks each, co-resident on an H200) count
+// into one block counter and max into one amax: wrong scales, and a counter left off zero that
+// makes every later call on the capture stream wrong.
+TEST(RowQuantGpu, PerTensorDynamicGraphsReplayedConcurrently) {
+  FP8ROUTE_REQUIRE_SM90();
+  auto rng = test::make_rng(116);
+  const int64_t T = 256, H = 7168;  // past the cluster path: the two-launch path
+  const DType in = DType::bf16, code = DType::e4m3;
+  constexpr int kCalls = 4;     // quant calls per graph, each into its own q and scale
+  constexpr int kReplays = 32;  // per stream, released together
+  const size_t codes = static_cast<size_t>(T * H);
+  // Amaxes orders of magnitude apart, so that any mixing shows in the scale.
+  const std::vector<uint8_t> x[3] = {test::random_activations(in, T * H, rng, 128, 6, 10),
+                                     test::random_activations(in, T * H, rng, 128, -8, -4),
+                                     test::random_activations(in, T * H, rng, 128, -2, 2)};
+  std::vector<ref::RowQuantOutput> want;
+  for (const auto& xi : x) want.push_back(ref::per_tensor_quant_dynamic(xi.data(), in, T, H, H, code));
+  cudaStream_t cap, replay[2];
+  FP8ROUTE_TEST_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+  for (cudaStream_t& r : replay) FP8ROUTE_TEST_CUDA(cudaStreamCreateWithFlags(&r, cudaStreamNonBlocking));
+  DeviceBuffer dx[3] = {upload(x[0]), upload(x[1]), upload(x[2])};
+  DeviceBuffer dq[3] = {DeviceBuffer(kCalls * codes), DeviceBuffer(kCalls * codes), DeviceBuffer(codes)};
+  DeviceBuffer ds[3] = {DeviceBuffer(kCalls * 4), DeviceBuffer(kCalls * 4), DeviceBuffer(4)};
+  DeviceBuffer history[2] = {DeviceBuffer(kReplays * kCalls * 4), DeviceBuffer(kReplays * kCalls * 4)};
+  auto quant = [&](int i, int call, cudaStream_t s) {
+    per_tensor_quant_dynamic(TensorView::contiguous(dx[i].data(), in, {T, H}),
+                             TensorView::contiguous(dq[i].as<uint8_t>() + call * codes, code, {T, H}),
+                             TensorView::contiguous(ds[i].as<float>() + call, DType::f32, {1}), s);
+  };
+  // The first call on `cap` is eager, as a server's warm-up would be: the stream has its own scratch
+  // before the captures.
+  quant(2, 0, cap);
+  FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(cap));
+  cudaGraph_t graph[2];
+  cudaGraphExec_t exec[2];
+  for (int g = 0; g < 2; ++g) {
+    FP8ROUTE_TEST_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal));
+    std::string error;
+    try {
+      // Poison first, in the graph: a replay that writes no scale or no code shows.
+      FP8ROUTE_TEST_CUDA(cudaMemsetAsync(ds[g].data(), 0xFF, kCalls * 4, cap));
+      FP8ROUTE_TEST_CUDA(cudaMemsetAsync(dq[g].data(), 0xAB, kCalls * codes, cap));
+      for (int c = 0; c < kCalls; ++c) quant(g, c, cap);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    FP8ROUTE_TEST_CUDA(cudaStreamEndCapture(cap, &graph[g]));
+    ASSERT_EQ(error, "");
+    FP8ROUTE_TEST_CUDA(cudaGraphInstantiate(&exec[g], graph[g], 0));
+  }
+  {
+    test::StartGate gate;
+    ASSERT_TRUE(gate.ok());
+    for (cudaStream_t r : replay) ASSERT_TRUE(gate.hold(r));
+    for (int i = 0; i < kReplays; ++i)
+      for (int g = 0; g < 2; ++g) {
+        FP8ROUTE_TEST_CUDA(cudaGraphLaunch(exec[g], replay[g]));
+        FP8ROUTE_TEST_CUDA(cudaMemcpyAsync(history[g].as<float>() + i * kCalls, ds[g].data(), kCalls * 4,
+                                           cudaMemcpyDeviceToDevice, replay[g]));
+      }
+    gate.open();
+  }
+  for (cudaStream_t r : replay) FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(r));
+  for (int g = 0; g < 2; ++g) {
+    std::vector<float> h(kReplays * kCalls);
+    std::memcpy(h.data(), download(history[g].data(), h.size() * 4).data(), h.size() * 4);
+    int wrong = 0;
+    for (size_t i = 0; i < h.size(); ++i) wrong += h[i] != want[g].scales[0];
+    EXPECT_EQ(wrong, 0) << "graph " << g << ": " << wrong << " of " << h.size()
+                        << " scales differ from the reference " << want[g].scales[0];
+    const std::vector<uint8_t> q = download(dq[g].data(), kCalls * codes);
+    for (int c = 0; c < kCalls; ++c)
+      EXPECT_TRUE(bytes_equal(std::vector<uint8_t>(q.begin() + c * codes, q.begin() + (c + 1) * codes),
+                              want[g].codes, ("graph " + std::to_string(g) + " last replay, call " +
+                                              std::to_string(c) + " codes").c_str(), H));
+  }
+  // Eager calls afterwards: on the capture stream (its own scratch) and on a replay stream.
+  for (cudaStream_t s : {cap, replay[0]}) {
+    // On `s` itself: a non-blocking stream does not wait for the legacy stream's memset.
+    FP8ROUTE_TEST_CUDA(cudaMemsetAsync(ds[2].data(), 0xFF, 4, s));
+    FP8ROUTE_TEST_CUDA(cudaMemsetAsync(dq[2].data(), 0xAB, codes, s));
+    quant(2, 0, s);
+    FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(s));
+    const char* what = s == cap ? "eager on the capture stream" : "eager on a replay stream";
+    float scale;
+    std::memcpy(&scale, download(ds[2].data(), 4).data(), 4);
+    EXPECT_EQ(scale, want[2].scales[0]) << what;
+    EXPECT_TRUE(bytes_equal(download(dq[2].data(), codes), want[2].codes, what, H));
+  }
+  for (int g = 0; g < 2; ++g) cudaGraphExecDestroy(exec[g]), cudaGraphDestroy(graph[g]);
+  for (cudaStream_t r : replay) cudaStreamDestroy(r);
+  cudaStreamDestroy(cap);
 }
 
 }  // namespace

@@ -735,5 +735,88 @@ TEST(Route, ExplainShowsSourceAndSkips) {
   EXPECT_NE(near_text.find(want, at), std::string::npos) << near_text;
 }
 
+// ---- alignment: scales and bias at any element offset, a, b and out at 16 bytes ------------------
+
+// Fake, never dereferenced device addresses (check_scaled_mm and routing touch no device memory),
+// 256-byte aligned and far apart: a, b, out, scale_a, scale_b, bias.
+char* fake_region(int i) { return reinterpret_cast<char*>(uintptr_t{1} << 40) + (static_cast<uintptr_t>(i) << 32); }
+
+ScaledMmArgs fake_row_args(int64_t m, int64_t n, int64_t k, bool bias, int sa_off, int sb_off, int bias_off,
+                           int a_off = 0) {
+  ScaledMmArgs args;
+  args.scale = ScaleKind::row;
+  args.a = TensorView::strided(fake_region(0) + a_off, DType::e4m3, {m, k}, {k + 16, 1});
+  args.b = TensorView::contiguous(fake_region(1), DType::e4m3, {n, k});
+  args.out = TensorView::contiguous(fake_region(2), DType::bf16, {m, n});
+  args.scale_a = TensorView::contiguous(fake_region(3) + 4 * sa_off, DType::f32, {m});
+  args.scale_b = TensorView::contiguous(fake_region(4) + 4 * sb_off, DType::f32, {n});
+  if (bias) args.bias = TensorView::contiguous(fake_region(5) + 2 * bias_off, DType::bf16, {n});
+  return args;
+}
+
+// A slice of a larger scale tensor (one expert's, one request's) is only 4-byte aligned; a slice of
+// a bias 2-byte. Such a call is the same problem as the aligned one (routing key, table lookup,
+// log line) and routes to the same fast backend, never to the reference kernel: N = 4096,
+// K = 7168, row scales, M = 1, 2, 8 ran 45x slower when the scale pointers counted in the
+// problem's alignment. Without a GPU the router sees only the backends' static rules; cuBLASLt's
+// say yes, so any route to the reference is the alignment's doing.
+TEST(Route, ElementAlignedScalesAndBiasRouteLikeAlignedOnes) {
+  const Router r = Router::from_file(source_dir() + "/routes/h200.json");
+  ASSERT_EQ(r.load_error(), "");
+  for (int64_t m : {1, 2, 8})
+    for (int off = 1; off < 4; ++off)
+      for (int which = 0; which < 3; ++which) {
+        const ScaledMmArgs aligned = fake_row_args(m, 4096, 7168, true, 0, 0, 0);
+        const ScaledMmArgs sliced =
+            fake_row_args(m, 4096, 7168, true, which == 0 ? off : 0, which == 1 ? off : 0, which == 2 ? off : 0);
+        const GemmProblem want = check_scaled_mm(aligned), got = check_scaled_mm(sliced);
+        const std::string what = std::string(which == 0 ? "scale_a" : which == 1 ? "scale_b" : "bias") + " offset " +
+                                 std::to_string(off) + " elements, m=" + std::to_string(m);
+        EXPECT_EQ(got.align, 16) << what;
+        EXPECT_TRUE(got == want) << what << ": " << to_string(got) << " vs " << to_string(want);
+        EXPECT_EQ(to_string(got), to_string(want)) << what;
+        const Route route = r.select(got);
+        EXPECT_NE(route.backend, "reference") << what << ": " << route.why;
+        EXPECT_EQ(route.backend + "/" + route.config, [&] {
+          const Route a = r.select(want);
+          return a.backend + "/" + a.config;
+        }()) << what;
+        EXPECT_NE(gemm_select(got).backend, "reference") << what << ": " << gemm_select(got).why;
+        EXPECT_EQ(gemm_supports("cublaslt", "heuristic", got), "") << what;
+      }
+  // A bias at an odd byte address is not a bf16 tensor: rejected, naming it.
+  ScaledMmArgs odd = fake_row_args(8, 4096, 7168, true, 0, 0, 0);
+  odd.bias.data = fake_region(5) + 1;
+  try {
+    (void)check_scaled_mm(odd);
+    ADD_FAILURE() << "a bias at an odd address was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bias"), std::string::npos) << e.what();
+  }
+}
+
+// a, b and out are read by TMA and cuBLASLt in 16-byte units: a view of a that starts inside a row
+// (here 8 bytes in) has align 8, and only the reference kernel runs it. The route says so, and
+// explain() says why and what to change. A row slice of a matrix with K % 16 == 0 stays aligned.
+TEST(Route, MisalignedActivationsRouteToTheReferenceAndExplainWhy) {
+  const Router r = Router::from_file(source_dir() + "/routes/h200.json");
+  ASSERT_EQ(r.load_error(), "");
+  const GemmProblem row_slice = check_scaled_mm(fake_row_args(8, 4096, 7168, false, 0, 0, 0, /*a_off=*/7168 + 16));
+  EXPECT_EQ(row_slice.align, 16);
+  EXPECT_NE(r.select(row_slice).backend, "reference");
+  const GemmProblem p = check_scaled_mm(fake_row_args(8, 4096, 7168, false, 0, 0, 0, /*a_off=*/8));
+  EXPECT_EQ(p.align, 8);
+  EXPECT_NE(to_string(p).find("align=8"), std::string::npos) << to_string(p);
+  const Route route = r.select(p);
+  EXPECT_EQ(route.backend, "reference");
+  const std::string text = r.explain(p);
+  EXPECT_NE(text.find("slow path: the reference kernel"), std::string::npos) << text;
+  EXPECT_NE(text.find("align=8"), std::string::npos) << text;
+  EXPECT_NE(text.find("a contiguous copy of that operand"), std::string::npos) << text;
+  // An aligned problem's explanation has no such line.
+  EXPECT_EQ(r.explain(row_slice).find("slow path"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace fp8route

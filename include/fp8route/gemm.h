@@ -40,6 +40,8 @@ struct GemmProblem {
   bool sa_vector = false, sb_vector = false;
   // Largest power of two <= 16 dividing, in bytes, every base pointer and leading-dimension stride
   // of a, b and y. The fast backends need 16 (TMA and cuBLASLt FP8); the reference takes any.
+  // Scale and bias pointers are not in it: every backend takes them at their element alignment (a
+  // slice of a larger scale tensor), copying them to aligned scratch where its kernels need 16.
   int align = 16;
   // block kind: scale_b's rows are padded to a multiple of 4 floats (row stride align(ceil(K/128), 4)
   // instead of ceil(K/128)): the form cuBLASLt reads. Only set when ceil(K/128) % 4 != 0 (otherwise

@@ -3,9 +3,12 @@
 //
 // Every function checks all of its arguments before anything is launched: on a bad argument it
 // throws Error(invalid_argument) naming it and nothing is written. Tensors are TensorViews of device
-// memory; outputs have exactly the shapes that quant_layout() gives (allocate_group_quant_outputs
-// makes them). All work is enqueued on `stream`; nothing synchronizes, and everything can be
-// captured in a CUDA graph.
+// memory, all on one device; outputs have exactly the shapes that quant_layout() gives
+// (allocate_group_quant_outputs makes them) and share no byte with an input or another output (no
+// op works in place; an overlap is an error naming both tensors). A tensor with no elements may
+// have a null pointer: an empty input (T = 0, or E = 0) launches nothing and returns, except where
+// a function below says what it still writes. All work is enqueued on `stream`; nothing
+// synchronizes, and everything can be captured in a CUDA graph.
 
 #include <cuda_runtime_api.h>
 
@@ -52,7 +55,10 @@ void masked_silu_and_mul_per_token_group_quant(const TensorView& x, const Tensor
 // MoE scatter form: each token of x [T, H] is quantized once and its codes and scales written to
 // every destination row src2dst[t, j] (int32 [T, topk]; -1 = skip; a value outside [-1, rows) is
 // skipped too, never written out of bounds) of q [rows, H] and s = quant_layout(spec, rows, H).
-// Rows that no token maps to are not written; layout padding of the scales is zeroed.
+// Rows that no token maps to are not written; layout padding of the scales is zeroed (with T = 0
+// too). A row that several entries name gets the codes and scales of one token, never a mix: the
+// entry with the largest t * topk + j wins. This costs a reset and a pass over src2dst per call
+// (scratch of `rows` int32, per stream, or per graph under capture).
 void scatter_per_token_group_quant(const TensorView& x, const TensorView& src2dst,
                                    const GroupQuantSpec& spec, const TensorView& q,
                                    const TensorView& s, cudaStream_t stream);
@@ -68,7 +74,8 @@ void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const
                              cudaStream_t stream);
 
 // Per-tensor, dynamic: scale (device f32 [1], written) = max(amax over finite x, floor) / qmax,
-// then q = encode(x * qmax / amax): one amax pass over the tensor, then the codes.
+// then q = encode(x * qmax / amax): one amax pass over the tensor, then the codes. An empty x
+// (T = 0) still writes scale = kAmaxFloor / qmax.
 void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const TensorView& scale,
                               cudaStream_t stream);
 

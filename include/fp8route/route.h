@@ -81,8 +81,10 @@ struct TuneRawFile {
   bool torn = false;                         // the last line is incomplete (an interrupted write)
 };
 // A missing file reads as empty. Measurements of a problem without its "done" line are dropped (it
-// is measured again); an invalid last line is reported as torn; an invalid line elsewhere throws
-// Error(io_error) naming the file and the line.
+// is measured again); an invalid last line, or one without its end of line, is reported as torn
+// (and not read); an invalid line elsewhere throws Error(io_error) naming the file, the line and the
+// field. Lines are checked as load_routing_table checks a table (and times are at most 1e12 us), so
+// the finished records build a table that loads.
 TuneRawFile read_tune_raw(const std::string& path);
 
 // tune --final: a problem's near-ties were timed again, only they side by side and with more graph
@@ -100,12 +102,18 @@ void settle_final_round(std::vector<MeasurementRecord>& problem,
 // merged into one breakpoint whose max_m is the run's largest M. Repeated records keep the minimum.
 RoutingTable build_routing_table(const std::vector<MeasurementRecord>& records, TableStamp stamp);
 
-// Throws Error(io_error) naming the file and what is wrong with it (not JSON, a missing or
-// mistyped field, an unknown scale kind, dtype or backend, breakpoints not increasing, ...).
+// Throws Error(io_error) naming the file, the JSON path ("entries[3].measured[0][3] (us)") and what
+// is wrong, and nothing else, whatever the file holds: not JSON, nested deeper than 32, a number
+// beyond double's range, a key twice in one object, a missing or mistyped field, a version other
+// than 1, an out dtype other than bf16/f16, N, K or M outside [1, 2^31), an unknown scale kind or
+// backend, an empty config, breakpoints empty or not increasing, `measured` empty or a (m, backend,
+// config) twice. Messages are UTF-8 (other bytes quoted as \xNN). An empty path (default_table_path()
+// found nothing) fails listing the places looked in.
 RoutingTable load_routing_table(const std::string& path);
 void save_routing_table(const RoutingTable& table, const std::string& path);
-// The table to use when none is named: $FP8ROUTE_TABLE, else routes/h200.json of the source tree
-// ($FP8ROUTE_SOURCE_DIR when set, for a build tree moved elsewhere).
+// The table to use when none is named: $FP8ROUTE_TABLE; else the first routes/h200.json that exists
+// in $FP8ROUTE_SOURCE_DIR (when set), beside the library or executable this runs in, in
+// <that folder>/../share/fp8route (an install prefix), in the source tree built from; else "".
 std::string default_table_path();
 
 struct Route {

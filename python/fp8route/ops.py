@@ -49,10 +49,16 @@ def quant_layout(tokens, hidden, group_size=128, dtype="e4m3", rounding="none", 
     return json.loads(str(lib.quant_layout(group_size, dtype, rounding, storage, layout, tokens, hidden, experts)))
 
 
-def _group_outputs(x, tokens, hidden, experts, group_size, dtype, rounding, storage, layout, out, zero=False):
+def _group_outputs(x, tokens, hidden, experts, group_size, dtype, rounding, storage, layout, out, zero=False,
+                   batched=False):
     if out is not None:
         return out
-    lay = quant_layout(tokens, hidden, group_size, dtype, rounding, storage, layout, experts)
+    # batched (the masked form): [E, ...] outputs even for E = 0, where quant_layout's experts=0
+    # would mean unbatched; one expert's layout with the expert dim 0.
+    lay = quant_layout(tokens, hidden, group_size, dtype, rounding, storage, layout,
+                       max(experts, 1) if batched else experts)
+    if batched and experts == 0:
+        lay["q"][0] = lay["s"][0] = 0
     return (_empty(x, lay["q"], _CODE_DTYPES[dtype], zero), _empty(x, lay["s"], lay["s_dtype"], zero))
 
 
@@ -85,7 +91,8 @@ def masked_per_token_group_quant(x, masked_m, group_size=128, dtype="e4m3", roun
     read nor written. Returns (q [E, T_pad, H], s)."""
     _check_ndim(x, 3, "x", "[E, T_pad, H]")
     hidden = x.shape[2] // 2 if fused else x.shape[2]
-    q, s = _group_outputs(x, x.shape[1], hidden, x.shape[0], group_size, dtype, rounding, storage, layout, out)
+    q, s = _group_outputs(x, x.shape[1], hidden, x.shape[0], group_size, dtype, rounding, storage, layout, out,
+                          batched=True)
     lib.masked_per_token_group_quant(x, masked_m, _bits(q), s, group_size, dtype, rounding, storage, layout, fused)
     return q, s
 

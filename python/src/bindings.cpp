@@ -96,8 +96,46 @@ cudaStream_t stream_of(const FfiTensor& t) {
   return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, t.device().device_id));
 }
 
+// The GPU a call runs on is its tensors' (the library launches, allocates workspaces and caches
+// per-device state on the current device): made current for the call when it is not already, and
+// the caller's restored after. A tensor outside CUDA memory changes nothing (the library rejects it,
+// naming it); tensors on different GPUs are the library's error too.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(const FfiTensor& t) {
+    if (t.device().device_type == kDLCUDA) enter(t.device().device_id);
+  }
+  explicit DeviceGuard(int device) { enter(device); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+
+ private:
+  void enter(int device) {
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) {  // no usable GPU: the call's own checks say so
+      (void)cudaGetLastError();
+      return;
+    }
+    if (current == device) return;
+    const cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument,
+                    "device: cannot run on cuda:" << device << ": " << cudaGetErrorString(e));
+    }
+    previous_ = current;
+  }
+  int previous_ = -1;
+};
+
 fp8route::GroupQuantSpec spec_of(int64_t group_size, const String& code, const String& rounding, const String& storage,
                                  const String& layout) {
+  // Checked at full width: a narrowing cast would turn 2^32 + 128 into a valid 128.
+  FP8ROUTE_CHECK(group_size >= INT32_MIN && group_size <= INT32_MAX,
+                 "group_size: " << group_size << " is not one of 16, 32, 64, 128, 256");
   fp8route::GroupQuantSpec s;
   s.group_size = static_cast<int>(group_size);
   s.code = fp8route::parse_dtype(std::string(code), "dtype");
@@ -128,6 +166,7 @@ void per_token_group_quant(FfiTensor x, FfiTensor q, FfiTensor s, int64_t group_
                            String storage, String layout, bool fused) {
   guarded([&] {
     const auto spec = spec_of(group_size, code, rounding, storage, layout);
+    const DeviceGuard device(x);
     if (fused)
       fp8route::silu_and_mul_per_token_group_quant(view(x, "x"), spec, view(q, "q"), view(s, "s"), stream_of(x));
     else
@@ -139,6 +178,7 @@ void masked_per_token_group_quant(FfiTensor x, FfiTensor masked_m, FfiTensor q, 
                                   String code, String rounding, String storage, String layout, bool fused) {
   guarded([&] {
     const auto spec = spec_of(group_size, code, rounding, storage, layout);
+    const DeviceGuard device(x);
     if (fused)
       fp8route::masked_silu_and_mul_per_token_group_quant(view(x, "x"), view(masked_m, "masked_m"), spec, view(q, "q"),
                                                           view(s, "s"), stream_of(x));
@@ -151,14 +191,16 @@ void masked_per_token_group_quant(FfiTensor x, FfiTensor masked_m, FfiTensor q, 
 void scatter_per_token_group_quant(FfiTensor x, FfiTensor src2dst, FfiTensor q, FfiTensor s, int64_t group_size,
                                    String code, String rounding, String storage, String layout) {
   guarded([&] {
-    fp8route::scatter_per_token_group_quant(view(x, "x"), view(src2dst, "src2dst"),
-                                            spec_of(group_size, code, rounding, storage, layout), view(q, "q"),
-                                            view(s, "s"), stream_of(x));
+    const auto spec = spec_of(group_size, code, rounding, storage, layout);
+    const DeviceGuard device(x);
+    fp8route::scatter_per_token_group_quant(view(x, "x"), view(src2dst, "src2dst"), spec, view(q, "q"), view(s, "s"),
+                                            stream_of(x));
   });
 }
 
 void per_token_quant(FfiTensor x, FfiTensor q, FfiTensor s, String rounding) {
   guarded([&] {
+    const DeviceGuard device(x);
     fp8route::per_token_quant(view(x, "x"), view(q, "q"), view(s, "s"), fp8route::parse_rounding(std::string(rounding)),
                               stream_of(x));
   });
@@ -166,6 +208,7 @@ void per_token_quant(FfiTensor x, FfiTensor q, FfiTensor s, String rounding) {
 
 void per_tensor_quant(FfiTensor x, FfiTensor q, FfiTensor scale, bool dynamic) {
   guarded([&] {
+    const DeviceGuard device(x);
     if (dynamic)
       fp8route::per_tensor_quant_dynamic(view(x, "x"), view(q, "q"), view(scale, "scale"), stream_of(x));
     else
@@ -186,12 +229,16 @@ fp8route::ScaledMmArgs mm_args(const FfiTensor& a, const FfiTensor& b, const Ffi
 }
 
 void scaled_mm(FfiTensor a, FfiTensor b, FfiTensor scale_a, FfiTensor scale_b, FfiTensor out, String scale) {
-  guarded([&] { fp8route::scaled_mm(mm_args(a, b, scale_a, scale_b, out, scale), stream_of(a)); });
+  guarded([&] {
+    const DeviceGuard device(a);
+    fp8route::scaled_mm(mm_args(a, b, scale_a, scale_b, out, scale), stream_of(a));
+  });
 }
 
 void scaled_mm_bias(FfiTensor a, FfiTensor b, FfiTensor scale_a, FfiTensor scale_b, FfiTensor bias, FfiTensor out,
                     String scale) {
   guarded([&] {
+    const DeviceGuard device(a);
     fp8route::ScaledMmArgs args = mm_args(a, b, scale_a, scale_b, out, scale);
     args.bias = view(bias, "bias");
     fp8route::scaled_mm(args, stream_of(a));
@@ -273,6 +320,7 @@ String table_info() {
 struct Plans {
   std::mutex mu;
   std::unordered_map<int64_t, std::unique_ptr<fp8route::LinearPlan>> by_handle;
+  std::unordered_map<int64_t, int> device;  // the GPU of each plan's weight
   int64_t next = 1;
 };
 Plans& plans() {
@@ -286,35 +334,53 @@ fp8route::LinearPlan& plan(int64_t h) {
   FP8ROUTE_CHECK(it != p.by_handle.end(), "plan: no LinearPlan with handle " << h << " (freed?)");
   return *it->second;
 }
+int plan_device(int64_t h) {
+  plan(h);  // names an unknown handle
+  Plans& p = plans();
+  std::lock_guard<std::mutex> lock(p.mu);
+  return p.device.at(h);
+}
 
 int64_t linear_plan_create(FfiTensor weight, FfiTensor weight_scale, String act, String out, bool has_bias,
                            FfiTensor bias) {
   return guarded([&] {
+    const DeviceGuard device(weight);  // the plan's copies of scales live on the weight's GPU
+    const fp8route::TensorView w = view(weight, "weight");
     auto p = std::make_unique<fp8route::LinearPlan>(
-        view(weight, "weight"), view(weight_scale, "weight_scale"), fp8route::parse_scale_kind(std::string(act)),
+        w, view(weight_scale, "weight_scale"), fp8route::parse_scale_kind(std::string(act)),
         fp8route::parse_dtype(std::string(out), "out_dtype"), has_bias ? view(bias, "bias") : fp8route::TensorView{},
         nullptr, stream_of(weight));
     Plans& ps = plans();
     std::lock_guard<std::mutex> lock(ps.mu);
     const int64_t h = ps.next++;
     ps.by_handle.emplace(h, std::move(p));
+    ps.device.emplace(h, w.device.index);
     return h;
   });
 }
 
 void linear_plan_run(int64_t h, FfiTensor a, FfiTensor a_scale, FfiTensor out) {
-  guarded([&] { plan(h).run(view(a, "a"), view(a_scale, "a_scale"), view(out, "out"), stream_of(a)); });
+  guarded([&] {
+    const DeviceGuard device(a);
+    plan(h).run(view(a, "a"), view(a_scale, "a_scale"), view(out, "out"), stream_of(a));
+  });
 }
 
 String linear_plan_route(int64_t h, int64_t m) {
   return guarded([&] {
+    FP8ROUTE_CHECK(m >= 1, "m: must be >= 1, got " << m);
+    const DeviceGuard device(plan_device(h));  // backends answer for the plan's GPU
     const fp8route::Route r = plan(h).route(m);
     return String(r.backend + "/" + r.config);
   });
 }
 
 String linear_plan_explain(int64_t h, int64_t m) {
-  return guarded([&] { return String(plan(h).explain(m)); });
+  return guarded([&] {
+    FP8ROUTE_CHECK(m >= 1, "m: must be >= 1, got " << m);
+    const DeviceGuard device(plan_device(h));
+    return String(plan(h).explain(m));
+  });
 }
 
 // ProbeOptions from the Python arguments; m_grid "1,16,96" ("" = ProbeOptions' default).
@@ -350,7 +416,11 @@ String records_json(const std::vector<fp8route::MeasurementRecord>& records) {
 
 // LinearPlan::probe. The records as a JSON list.
 String linear_plan_probe(int64_t h, String m_grid, int64_t top, bool always) {
-  return guarded([&] { return records_json(plan(h).probe(probe_options(std::string(m_grid), top, always))); });
+  return guarded([&] {
+    const fp8route::ProbeOptions opt = probe_options(std::string(m_grid), top, always);
+    const DeviceGuard device(plan_device(h));
+    return records_json(plan(h).probe(opt));
+  });
 }
 
 // fp8route.probe(): probe_shape of every (N, K) of `shapes` ("N,K;N,K") at every scale kind of
@@ -383,8 +453,21 @@ String probe_shapes(String shapes, String scales, String out, String m_grid, int
 
 void linear_plan_free(int64_t h) {
   Plans& p = plans();
-  std::lock_guard<std::mutex> lock(p.mu);
-  p.by_handle.erase(h);
+  std::unique_ptr<fp8route::LinearPlan> gone;
+  int device = -1;
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    const auto it = p.by_handle.find(h);
+    if (it == p.by_handle.end()) return;
+    gone = std::move(it->second);
+    device = p.device.at(h);
+    p.by_handle.erase(it);
+    p.device.erase(h);
+  }
+  guarded([&] {
+    const DeviceGuard guard(device);  // its buffers are freed on their GPU
+    gone.reset();
+  });
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #pragma once
 // The layer shapes of shapes/models.json (a copy of the team's catalog): what tests, benchmarks
-// and the tuner run on.
+// and the tuner run on; and the shape files of the command-line tool's --shapes.
 
 #include <cstdint>
 #include <string>
@@ -21,13 +21,19 @@ struct ShapeCatalog {
   std::vector<LayerShape> layers;  // every model, at TP 1 only (see at_tp)
 };
 
-// The catalog path: $FP8ROUTE_SOURCE_DIR/shapes/models.json when set (a tree copied elsewhere),
-// else the source tree this was built from.
+// The catalog: the first shapes/models.json of data_file_candidates() (src/route/data_files.h:
+// $FP8ROUTE_SOURCE_DIR, beside the library or executable, <prefix>/share/fp8route, the source tree);
+// "" when there is none (load_catalog("") then names the places looked in).
 std::string default_catalog_path();
-// Throws Error(io_error) naming the file and the problem.
+// Throws Error(io_error) naming the file, the JSON path and the problem: a missing or mistyped
+// field, m_grid or tp empty or out of range (M in [1, 2^31), TP in [1, 1024]), a layer's n or k
+// out of [1, 2^31), an unknown parallel kind, a layer name twice in one model.
 ShapeCatalog load_catalog(const std::string& path);
-// The layers at tensor-parallel degree tp: 'column' layers split n, 'row' layers split k, 'none'
-// stays whole. Layers whose split is not whole are left out.
+// A shape file: one layer per line, "N K [label]" (spaces or commas), '#' starts a comment; N and
+// K integers in [1, 2^31). Throws Error(io_error) naming the file and the line.
+std::vector<LayerShape> load_shape_file(const std::string& path);
+// The layers at tensor-parallel degree tp (>= 1): 'column' layers split n, 'row' layers split k,
+// 'none' stays whole. Layers whose split is not whole are left out.
 std::vector<LayerShape> at_tp(const std::vector<LayerShape>& layers, int tp);
 
 }  // namespace fp8route::bench

@@ -86,9 +86,18 @@ int find_config(const GemmBackend& b, std::string_view config);
 // by another build may name one).
 int config_m_tile(std::string_view backend, std::string_view config);
 
-// The rule every fast backend shares (16-byte alignment, GemmProblem::align): "" or why not.
+// The rule every fast backend shares (a, b and out 16-byte aligned, GemmProblem::align): "" or why not.
 std::string common_fast_path_reason(const GemmProblem& p);
 // Every backend but cuBLASLt reads block scale_b unpadded: "" or why not (GemmProblem::sb_padded).
 std::string unpadded_scale_b_reason(const GemmProblem& p);
+
+// ops with scale_a, scale_b and bias at 16-byte aligned addresses, for the backends whose kernels
+// may read them with vector loads or TMA (cuBLASLt documents no alignment for them and may
+// vectorize; CUTLASS's blockwise mainloop loads block scales with TMA, and its epilogue broadcasts
+// assume 16 bytes): each operand that is only element-aligned (a slice of a larger tensor) is copied
+// on `stream` into scratch of the stream or the graph being captured (core/workspace.h), an
+// M-, N- or block-scale-sized copy. Aligned operands pass as they are, at no cost.
+GemmOperands with_aligned_scales(const GemmProblem& p, const GemmOperands& ops, cudaStream_t stream,
+                                 const std::string& who);
 
 }  // namespace fp8route::gemm

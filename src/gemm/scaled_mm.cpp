@@ -9,6 +9,8 @@
 #include <unordered_map>
 
 #include "core/checks.h"
+#include "core/cuda_check.h"
+#include "core/workspace.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
@@ -55,6 +57,17 @@ void check_scale_numel(const TensorView& t, const char* name, std::initializer_l
   FP8ROUTE_CHECK(ok, name << ": " << rule << ", got " << to_string(t));
   FP8ROUTE_CHECK(t.is_contiguous(), name << ": must be contiguous, got " << to_string(t));
   detail::check_aligned(t.data, 4, name);
+}
+
+// The scales and bias on a's device (a, b and out are checked together above), and out sharing
+// no byte with an input: a GEMM would read what it already overwrote.
+void check_operands_apart(const ScaledMmArgs& args) {
+  detail::check_same_device(args.scale_a, "scale_a", args.a, "a");
+  detail::check_same_device(args.scale_b, "scale_b", args.a, "a");
+  if (args.bias.data != nullptr) detail::check_same_device(args.bias, "bias", args.a, "a");
+  for (const auto& [t, name] : {std::pair{&args.a, "a"}, std::pair{&args.b, "b"}, std::pair{&args.scale_a, "scale_a"},
+                                std::pair{&args.scale_b, "scale_b"}, std::pair{&args.bias, "bias"}})
+    if (t->data != nullptr) detail::check_no_overlap(args.out, "out", *t, name);
 }
 
 }  // namespace
@@ -147,15 +160,21 @@ GemmProblem check_scaled_mm(const ScaledMmArgs& args) {
                    "bias: expected a contiguous [N] = [" << p.n << "] vector, got " << to_string(args.bias));
     p.bias = true;
   }
+  check_operands_apart(args);
 
+  // Every kernel reads and writes whole elements: out and bias at least at their element size (the
+  // scales' 4 bytes are checked above).
   const int es = dtype_size(p.out);
+  detail::check_aligned(args.out.data, es, "out");
+  if (p.bias) detail::check_aligned(args.bias.data, es, "bias");
+  // The alignment of a, b and out only: what TMA and cuBLASLt's FP8 kernels need. The scales and
+  // bias are not in it: every backend runs them at any element alignment (the skinny and decode
+  // kernels load them one element at a time; cuBLASLt and CUTLASS get 16-byte aligned copies,
+  // with_aligned_scales), so a slice of a larger scale tensor routes like the whole one.
   int align = 16;
   for (uint64_t v : {uint64_t(reinterpret_cast<uintptr_t>(args.a.data)), uint64_t(lda),
                      uint64_t(reinterpret_cast<uintptr_t>(args.b.data)), uint64_t(ldb),
-                     uint64_t(reinterpret_cast<uintptr_t>(args.out.data)), uint64_t(ldo * es),
-                     uint64_t(reinterpret_cast<uintptr_t>(args.bias.data)),
-                     uint64_t(reinterpret_cast<uintptr_t>(args.scale_a.data)),
-                     uint64_t(reinterpret_cast<uintptr_t>(args.scale_b.data))})
+                     uint64_t(reinterpret_cast<uintptr_t>(args.out.data)), uint64_t(ldo * es)})
     align = std::min(align, pow2_align(v));
   p.align = align;
   return p;
@@ -313,9 +332,65 @@ std::string unpadded_scale_b_reason(const GemmProblem& p) {
 
 std::string common_fast_path_reason(const GemmProblem& p) {
   if (p.align < 16)
-    return "needs 16-byte aligned pointers and row strides (TMA / cuBLASLt FP8), problem has " +
-           std::to_string(p.align);
+    return "needs a, b and out 16-byte aligned (addresses and row strides: TMA / cuBLASLt FP8), problem has "
+           "align=" + std::to_string(p.align);
   return "";
+}
+
+namespace {
+
+// Elements of scale_a and scale_b as the kernels read them (gemm.h's table; a padded block scale_b
+// spans its last row's ceil(K/128) elements, not the padding after it).
+int64_t scale_a_elements(const GemmProblem& p) {
+  if (p.scale == ScaleKind::block) return ceil_div(p.k, kScaleBlock) * ((p.m + 3) / 4 * 4);
+  return p.scale == ScaleKind::row && p.sa_vector ? p.m : 1;
+}
+int64_t scale_b_elements(const GemmProblem& p) {
+  if (p.scale == ScaleKind::block) {
+    const int64_t nb = ceil_div(p.n, kScaleBlock), kb = ceil_div(p.k, kScaleBlock);
+    return p.sb_padded ? (nb - 1) * ((kb + 3) / 4 * 4) + kb : nb * kb;
+  }
+  return p.scale == ScaleKind::row && p.sb_vector ? p.n : 1;
+}
+
+}  // namespace
+
+GemmOperands with_aligned_scales(const GemmProblem& p, const GemmOperands& ops, cudaStream_t stream,
+                                 const std::string& who) {
+  struct Operand {
+    const void* src;
+    size_t bytes;
+    size_t offset = 0;
+  };
+  Operand parts[3] = {{ops.sa, size_t(scale_a_elements(p)) * 4},
+                      {ops.sb, size_t(scale_b_elements(p)) * 4},
+                      {ops.bias, ops.bias ? size_t(p.n) * dtype_size(p.out) : 0}};
+  size_t total = 0;
+  for (Operand& o : parts)
+    if (o.src != nullptr && reinterpret_cast<uintptr_t>(o.src) % 16 != 0) {
+      o.offset = total;
+      total += (o.bytes + 255) / 256 * 256;
+    }
+  if (total == 0) return ops;
+  int device = 0;
+  FP8ROUTE_CUDA_CHECK(cudaGetDevice(&device));
+  // Per stream, or per captured graph (core/workspace.h): a copy is written and read in order on
+  // `stream`, and never by two launches that may overlap.
+  static Workspaces copies{"aligned copy of scales and bias"};
+  char* base = static_cast<char*>(copies.get(device, total, stream, who));
+  const void* staged[3];
+  for (int i = 0; i < 3; ++i) {
+    staged[i] = parts[i].src;
+    if (parts[i].src == nullptr || reinterpret_cast<uintptr_t>(parts[i].src) % 16 == 0) continue;
+    FP8ROUTE_CUDA_CHECK(cudaMemcpyAsync(base + parts[i].offset, parts[i].src, parts[i].bytes,
+                                        cudaMemcpyDeviceToDevice, stream));
+    staged[i] = base + parts[i].offset;
+  }
+  GemmOperands out = ops;
+  out.sa = static_cast<const float*>(staged[0]);
+  out.sb = static_cast<const float*>(staged[1]);
+  out.bias = staged[2];
+  return out;
 }
 
 }  // namespace gemm

@@ -1,5 +1,6 @@
 // The one layout function (DESIGN.md, Quantization): shapes, strides and bytes of quant outputs.
 
+#include <cstdint>
 #include <string>
 
 #include "fp8route/error.h"
@@ -66,6 +67,18 @@ void validate(const GroupQuantSpec& s) {
                  "(got rounding=" << name(s.rounding) << ")");
 }
 
+namespace {
+
+// a * b for a size of `what`; an error when it overflows 64 bits (sizes near 2^63 from a caller
+// would otherwise wrap into small, valid-looking layouts).
+int64_t size_product(int64_t a, int64_t b, const char* what) {
+  int64_t r = 0;
+  FP8ROUTE_CHECK(!__builtin_mul_overflow(a, b, &r), what << ": size overflows 64 bits (" << a << " x " << b << ")");
+  return r;
+}
+
+}  // namespace
+
 QuantLayout quant_layout(const GroupQuantSpec& spec, int64_t tokens, int64_t hidden,
                          int64_t experts) {
   validate(spec);
@@ -74,6 +87,7 @@ QuantLayout quant_layout(const GroupQuantSpec& spec, int64_t tokens, int64_t hid
   FP8ROUTE_CHECK(experts >= 0, "experts: must be >= 0, got " << experts);
   FP8ROUTE_CHECK(hidden % spec.group_size == 0, "hidden: " << hidden
                      << " is not divisible by group_size " << spec.group_size);
+  FP8ROUTE_CHECK(tokens <= INT64_MAX - 3, "tokens: " << tokens << " overflows 64 bits when padded to a multiple of 4");
   QuantLayout L;
   L.experts = experts;
   L.tokens = tokens;
@@ -101,11 +115,12 @@ QuantLayout quant_layout(const GroupQuantSpec& spec, int64_t tokens, int64_t hid
     L.scale_stride_t = 1;
     L.scale_stride_c = L.t_pad;
   }
-  L.scale_batch_stride = rows * cols;
+  L.scale_batch_stride = size_product(rows, cols, "tokens, hidden: scales");
   const int off = batched ? 1 : 0;
+  const int64_t codes_per_expert = size_product(tokens, hidden, "tokens, hidden: codes");
   if (batched) {
     L.code_shape[0] = experts;
-    L.code_strides[0] = tokens * hidden;
+    L.code_strides[0] = codes_per_expert;
     L.scale_shape[0] = experts;
     L.scale_strides[0] = L.scale_batch_stride;
   }
@@ -117,9 +132,9 @@ QuantLayout quant_layout(const GroupQuantSpec& spec, int64_t tokens, int64_t hid
   L.scale_shape[off + 1] = cols;
   L.scale_strides[off] = cols;
   L.scale_strides[off + 1] = 1;
-  L.code_bytes = e * tokens * hidden;
-  L.scale_elems = e * L.scale_batch_stride;
-  L.scale_bytes = L.scale_elems * 4;
+  L.code_bytes = size_product(e, codes_per_expert, "experts, tokens, hidden: codes");
+  L.scale_elems = size_product(e, L.scale_batch_stride, "experts, tokens, hidden: scales");
+  L.scale_bytes = size_product(L.scale_elems, 4, "experts, tokens, hidden: scale bytes");
   return L;
 }
 

@@ -24,6 +24,8 @@ using detail::check_contiguous_shape;
 using detail::check_device_tensor;
 using detail::check_dtype;
 using detail::check_ndim;
+using detail::check_no_overlap;
+using detail::check_same_device;
 using kernels::GroupQuantParams;
 using kernels::RowQuantParams;
 
@@ -197,6 +199,36 @@ void launch_group_size(int group, const GroupQuantParams& p, int64_t rows, cudaS
 
 enum class Form { plain, masked, scatter };
 
+// Layout rows [T, t_pad) of the scales, for a scatter with no tokens (no source row runs to zero
+// them). They exist only in col_major_tma, where each column's rows are contiguous: a 2-D memset.
+void zero_scale_padding(const QuantLayout& L, const TensorView& s, cudaStream_t stream) {
+  if (L.t_pad == L.tokens || L.scale_cols == 0) return;
+  char* first = static_cast<char*>(s.data) + L.tokens * 4;
+  FP8ROUTE_CUDA_CHECK(cudaMemset2DAsync(first, static_cast<size_t>(L.scale_stride_c) * 4, 0,
+                                        static_cast<size_t>(L.t_pad - L.tokens) * 4,
+                                        static_cast<size_t>(L.scale_cols), stream));
+}
+
+// Which entry writes each scatter destination row: owner[d] = the largest t * topk + j with
+// src2dst[t, j] = d, so that a row several entries name gets one token's codes and scales, never a
+// mix of two (the kernels of different tokens would otherwise race on it). A per-(device, stream)
+// buffer, reset and filled on `stream` before the quant kernel reads it.
+const int32_t* scatter_owners(const TensorView& src2dst, int64_t rows, cudaStream_t stream) {
+  int dev = 0;
+  FP8ROUTE_CUDA_CHECK(cudaGetDevice(&dev));
+  static Workspaces owners{"scatter row-owner buffer"};
+  auto* owner = static_cast<int32_t*>(
+      owners.get(dev, static_cast<size_t>(rows) * 4, stream, "scatter_per_token_group_quant"));
+  FP8ROUTE_CUDA_CHECK(cudaMemsetAsync(owner, 0xFF, static_cast<size_t>(rows) * 4, stream));  // -1: no entry yet
+  const int64_t entries = src2dst.numel();
+  const int64_t blocks = std::min<int64_t>((entries + kernels::kOwnerThreads - 1) / kernels::kOwnerThreads,
+                                           int64_t{device_info(-1).sm_count} * 4);
+  kernels::scatter_owner_kernel<<<static_cast<unsigned>(blocks), kernels::kOwnerThreads, 0, stream>>>(
+      static_cast<const int32_t*>(src2dst.data), static_cast<int32_t>(entries), static_cast<int32_t>(rows), owner);
+  FP8ROUTE_CHECK_LAUNCH();
+  return owner;
+}
+
 // The one entry of the group family: checks everything, then launches.
 void group_quant(const TensorView& x, const TensorView* masked_m, const TensorView* src2dst,
                  const GroupQuantSpec& spec, const TensorView& q, const TensorView& s, bool fused,
@@ -217,7 +249,7 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   const int esize = dtype_size(x.dtype);
   check_aligned(x.data, 16, "x");
   for (int d = 0; d < x_dims - 1; ++d)
-    FP8ROUTE_CHECK((x.stride(d) * esize) % 16 == 0 && x.stride(d) >= (d == x_dims - 2 ? in_cols : 0),
+    FP8ROUTE_CHECK(x.stride(d) % (16 / esize) == 0 && x.stride(d) >= (d == x_dims - 2 ? in_cols : 0),
                    "x: stride of dim " << d << " must be >= the row and a multiple of 16 bytes, got "
                                        << to_string(x));
 
@@ -231,8 +263,12 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
     check_ndim(*src2dst, "src2dst", 2, "[T, topk]");
     FP8ROUTE_CHECK(src2dst->size(0) == tokens && src2dst->size(1) >= 1 && src2dst->is_contiguous(),
                    "src2dst: expected contiguous [T=" << tokens << ", topk>=1], got " << to_string(*src2dst));
-    topk = static_cast<int>(src2dst->size(1));
     check_ndim(q, "q", 2, "[rows, H]");
+    // Entries t * topk + j and destination rows are numbered in int32, as src2dst's values are.
+    FP8ROUTE_CHECK(src2dst->numel() <= 0x7FFFFFFF && q.size(0) <= 0x7FFFFFFF,
+                   "src2dst, q: at most 2^31-1 entries and rows, got " << to_string(*src2dst) << " and "
+                                                                      << to_string(q));
+    topk = static_cast<int>(src2dst->size(1));
     layout_tokens = q.size(0);
   }
   if (form == Form::masked) {
@@ -241,7 +277,10 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
     const int64_t shape[1] = {experts};
     check_contiguous_shape(*masked_m, "masked_m", shape, 1);
   }
-  const QuantLayout L = quant_layout(spec, layout_tokens, hidden, experts);
+  // The masked form is batched even with no experts (quant_layout's experts = 0 means unbatched):
+  // then q and s are one expert's layout with the expert dim 0.
+  QuantLayout L = quant_layout(spec, layout_tokens, hidden, form == Form::masked ? std::max<int64_t>(experts, 1) : 0);
+  if (form == Form::masked && experts == 0) L.code_shape[0] = L.scale_shape[0] = 0;
 
   check_device_tensor(q, "q");
   FP8ROUTE_CHECK(q.dtype == spec.code, "q: dtype " << dtype_name(q.dtype) << " does not match the spec's code "
@@ -253,7 +292,15 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
                                                        << " storage needs " << dtype_name(L.scale_dtype));
   check_contiguous_shape(s, "s", L.scale_shape, L.scale_ndim);
   check_aligned(s.data, spec.layout == ScaleLayout::col_major_tma ? 16 : 4, "s");
-  check_sm90();
+  const TensorView* index = masked_m ? masked_m : src2dst;
+  const char* index_name = masked_m ? "masked_m" : "src2dst";
+  for (const auto& [t, t_name] : {std::pair{&q, "q"}, std::pair{&s, "s"}, std::pair{index, index_name}})
+    if (t) check_same_device(*t, t_name, x, "x");
+  check_no_overlap(q, "q", s, "s");
+  for (const auto& [out, out_name] : {std::pair{&q, "q"}, std::pair{&s, "s"}}) {
+    check_no_overlap(*out, out_name, x, "x");
+    if (index) check_no_overlap(*out, out_name, *index, index_name);
+  }
   // The kernel indexes one row's elements and one expert's scale words with 32 bits.
   FP8ROUTE_CHECK(in_cols <= 0x7FFFFFFF && L.scale_batch_stride < (int64_t{1} << 32),
                  "x: too large for one launch ([.., " << in_cols << "] with " << L.scale_batch_stride
@@ -284,9 +331,14 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   p.pow2 = spec.rounding == ScaleRounding::pow2;
   p.packed = spec.storage == ScaleStorage::ue8m0_packed;
 
-  int64_t rows = p.experts * tokens;
-  if (form == Form::scatter) rows = std::max<int64_t>(rows, 1);  // row 0 zeroes the scale padding
+  const int64_t rows = p.experts * tokens;
+  if (form == Form::scatter) {
+    if (layout_tokens == 0) return;  // nothing to write, no padding
+    if (rows == 0) return zero_scale_padding(L, s, stream);
+  }
   if (rows == 0) return;
+  check_sm90();
+  if (form == Form::scatter) p.owner = scatter_owners(*src2dst, layout_tokens, stream);
   dispatch_float(x.dtype, [&]<class InT>() {
     if (fused) launch_group_size<InT, true>(spec.group_size, p, rows, stream);
     else launch_group_size<InT, false>(spec.group_size, p, rows, stream);
@@ -300,7 +352,7 @@ void check_row_input(const TensorView& x) {
   FP8ROUTE_CHECK(x.stride(1) == 1, "x: last dim must be contiguous (stride 1), got " << to_string(x));
   FP8ROUTE_CHECK(x.size(1) > 0 && x.size(1) % 16 == 0, "x: H = " << x.size(1) << " must be a positive multiple of 16");
   check_aligned(x.data, 16, "x");
-  FP8ROUTE_CHECK((x.stride(0) * dtype_size(x.dtype)) % 16 == 0 && x.stride(0) >= x.size(1),
+  FP8ROUTE_CHECK(x.stride(0) % (16 / dtype_size(x.dtype)) == 0 && x.stride(0) >= x.size(1),
                  "x: row stride must be >= H and a multiple of 16 bytes, got " << to_string(x));
 }
 
@@ -310,6 +362,16 @@ void check_codes(const TensorView& q, const TensorView& x) {
   const int64_t shape[2] = {x.size(0), x.size(1)};
   check_contiguous_shape(q, "q", shape, 2);
   check_aligned(q.data, 16, "q");
+  check_same_device(q, "q", x, "x");
+  check_no_overlap(q, "q", x, "x");
+}
+
+// The scale tensor of a row or tensor quant (s or scale) beside x and q: one device; an output
+// scale shares no byte with x or q, an input one none with q.
+void check_scale_operand(const TensorView& t, const char* name, bool output, const TensorView& x, const TensorView& q) {
+  check_same_device(t, name, x, "x");
+  check_no_overlap(q, "q", t, name);
+  if (output) check_no_overlap(t, name, x, "x");
 }
 
 void check_scalar_f32(const TensorView& t, const char* name) {
@@ -443,9 +505,10 @@ void per_token_quant(const TensorView& x, const TensorView& q, const TensorView&
   const int64_t shape[1] = {x.size(0)};
   check_contiguous_shape(s, "s", shape, 1);
   check_aligned(s.data, 4, "s");
-  check_sm90();
-  if (x.size(0) == 0) return;
+  check_scale_operand(s, "s", true, x, q);
   FP8ROUTE_CHECK(x.size(0) <= 0x7FFFFFFF, "x: at most 2^31-1 rows, got " << x.size(0));
+  if (x.size(0) == 0) return;
+  check_sm90();
   RowQuantParams p = row_params(x, q);
   p.s = static_cast<float*>(s.data);
   p.pow2 = rounding == ScaleRounding::pow2;
@@ -460,8 +523,9 @@ void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const
   check_row_input(x);
   check_codes(q, x);
   check_scalar_f32(scale, "scale");
-  check_sm90();
+  check_scale_operand(scale, "scale", false, x, q);
   if (x.size(0) == 0) return;
+  check_sm90();
   RowQuantParams p = row_params(x, q);
   p.static_scale = static_cast<const float*>(scale.data);
   dispatch_float(x.dtype, [&]<class InT>() {
@@ -496,8 +560,10 @@ void tensor_dynamic_cluster(const RowQuantParams& p, int64_t vecs, cudaStream_t 
                  dim3(kernels::kClusterThreads), dim3(static_cast<unsigned>(blocks)), 0, stream, p, per_thread);
 }
 
-// Two launches, the amax (its last block also writes the scale) and the codes, sharing a
-// per-stream workspace that the amax kernel leaves zeroed for the next call.
+// Two launches, the amax (its last block also writes the scale) and the codes, sharing a workspace
+// that the amax kernel leaves zeroed for the next call: one per stream, or per graph under capture
+// (core/workspace.h), so that graphs replayed at once never mix their amax, block count or
+// multiplier.
 template <class InT>
 void tensor_dynamic_two_launches(const RowQuantParams& p, cudaStream_t stream) {
   int dev = 0;
@@ -523,7 +589,8 @@ void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const Te
   check_row_input(x);
   check_codes(q, x);
   check_scalar_f32(scale, "scale");
-  check_sm90();
+  check_scale_operand(scale, "scale", true, x, q);
+  check_sm90();  // an empty x still has its scale written: amax 0, the floor's scale
   RowQuantParams p = row_params(x, q);
   p.s = static_cast<float*>(scale.data);
   const int64_t vecs = x.numel() / kernels::kQuantVec;

@@ -129,9 +129,11 @@ LinearPlan::LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act
   detail::check_device_tensor(weight_scale, "weight_scale");
   detail::check_dtype(weight_scale, "weight_scale", {DType::f32});
   FP8ROUTE_CHECK(weight_scale.is_contiguous(), "weight_scale: must be contiguous, got " << to_string(weight_scale));
+  detail::check_same_device(weight_scale, "weight_scale", weight, "weight");
   if (bias.data) {
     detail::check_device_tensor(bias, "bias");
     detail::check_dtype(bias, "bias", {out});
+    detail::check_same_device(bias, "bias", weight, "weight");
   }
   const int64_t n = weight.shape[0], k = weight.shape[1];
   layout_ = plan_linear_layout(n, k, act, weight_scale.numel(), out, bias.data != nullptr);
@@ -144,14 +146,14 @@ LinearPlan::LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act
     const std::vector<float> v(static_cast<size_t>(n), s);
     prepared_scale_ = DeviceBuffer(v.size() * 4);
     FP8ROUTE_CUDA_CHECK(cudaMemcpyAsync(prepared_scale_.data(), v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream));
-    prepared_scale_view_ = TensorView::contiguous(prepared_scale_.data(), DType::f32, {n});
+    prepared_scale_view_ = TensorView::contiguous(prepared_scale_.data(), DType::f32, {n}, weight.device);
   } else if (layout_.pad_weight_scale) {
     const int64_t nb = ceil_div(n, kScaleBlock), kb = ceil_div(k, kScaleBlock), ld = (kb + 3) / 4 * 4;
     prepared_scale_ = DeviceBuffer(nb * ld * 4);
     FP8ROUTE_CUDA_CHECK(cudaMemsetAsync(prepared_scale_.data(), 0, nb * ld * 4, stream));
     FP8ROUTE_CUDA_CHECK(cudaMemcpy2DAsync(prepared_scale_.data(), ld * 4, weight_scale.data, kb * 4, kb * 4, nb,
                                           cudaMemcpyDeviceToDevice, stream));
-    prepared_scale_view_ = TensorView::strided(prepared_scale_.data(), DType::f32, {nb, kb}, {ld, 1});
+    prepared_scale_view_ = TensorView::strided(prepared_scale_.data(), DType::f32, {nb, kb}, {ld, 1}, weight.device);
   }
   FP8ROUTE_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
@@ -184,6 +186,12 @@ std::vector<MeasurementRecord> LinearPlan::probe(const ProbeOptions& opt) {
 }
 
 void LinearPlan::run(TensorView a, TensorView a_scale, TensorView out, cudaStream_t stream) const {
+  // The layer's tensors and the call's on one device (check_scaled_mm names the operand in the
+  // GEMM's terms; this names it in the plan's), and an empty batch with null pointers is fine.
+  for (const auto& [t, name] : {std::pair{&a, "a"}, std::pair{&a_scale, "a_scale"}, std::pair{&out, "out"}}) {
+    detail::check_device_tensor(*t, name);
+    detail::check_same_device(*t, name, weight_, "weight");
+  }
   ScaledMmArgs args{a, weight_, a_scale, weight_scale_, bias_, out, layout_.gemm};
   if (layout_.expand_weight_scale) args.scale_b = prepared_scale_view_;
   if (layout_.act == ScaleKind::tensor && layout_.gemm == ScaleKind::row)

@@ -177,13 +177,17 @@ std::string_view name(Route::Source s) {
 Router::Router(RoutingTable table, SupportsFn supports) : table_(std::move(table)), supports_(std::move(supports)) {}
 
 Router Router::from_file(const std::string& path, SupportsFn supports) {
+  std::string error;
   try {
-    return Router(load_routing_table(path), std::move(supports));
+    return Router(load_routing_table(path), supports);
   } catch (const Error& e) {
-    Router r(RoutingTable{}, std::move(supports));
-    r.load_error_ = e.what();
-    return r;
+    error = e.what();
+  } catch (const std::exception& e) {  // load_routing_table throws only Error; out of memory, say
+    error = "routing table " + path + ": " + e.what();
   }
+  Router r(RoutingTable{}, std::move(supports));
+  r.load_error_ = std::move(error);
+  return r;
 }
 
 // The entries of p's scale kind, nearest first: p's out dtype before the other, then by how far M
@@ -465,6 +469,21 @@ std::string Router::explain(const GemmProblem& p) const {
   }
   const Route r = select(p);
   os << "source: " << name(r.source) << "\nchoice: " << r.backend << "/" << r.config << "\nwhy: " << r.why << "\n";
+  // The reference kernel is correct for everything and tens of times slower: say so, and what the
+  // caller can change.
+  if (r.backend == "reference") {
+    os << "slow path: the reference kernel (CUDA cores, tens of times slower than a fast backend) runs it: "
+          "no fast backend supports this problem";
+    if (p.align < 16)
+      os << "; every fast backend needs a, b and out at 16-byte aligned addresses with row strides of a "
+            "multiple of 16 bytes (TMA, cuBLASLt FP8), and this call has align="
+         << p.align
+         << " (a view that starts inside a row: a column slice, or a row slice of a matrix whose rows are not "
+            "a multiple of 16 bytes); a contiguous copy of that operand runs on a fast backend (scales and bias "
+            "may sit at any element offset)";
+    if (p.k % 16 != 0) os << "; every fast backend needs K % 16 == 0 (16-byte loads of a's and b's rows), K=" << p.k;
+    os << "\n";
+  }
   // A shape (or an M) routed from other shapes: what a load-time probe would time on this GPU.
   if (r.source == Route::Source::nearest) {
     const auto probed = probe_candidates(p, ProbeOptions{}.top);

@@ -2,10 +2,12 @@
 // "Routing tables"). Loading checks everything the Router relies on, so a bad file fails here, once,
 // with the file and the place named, and never as a wrong route later.
 
+#include <dlfcn.h>
+
 #include <algorithm>
-#include <cmath>
+#include <cstdint>
 #include <cstdlib>
-#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -13,9 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_reader.h"
 #include "fp8route/error.h"
-#include "fp8route/device.h"
 #include "fp8route/route.h"
+#include "route/data_files.h"
 
 namespace fp8route {
 
@@ -23,74 +26,34 @@ namespace {
 
 using Json = nlohmann::json;
 using Key = std::tuple<ScaleKind, DType, int64_t, int64_t>;
+using json_reader::element;
+using json_reader::kMaxDim;
+using json_reader::member;
 
 constexpr const char* kFormat = "fp8route-routing-table";
 constexpr int kFormatVersion = 1;
 
-// Field access with the JSON path in every error: "entries[3].breakpoints[1][0]: expected an integer".
-struct Reader {
-  const std::string& path;
+// Field access with the JSON path in every error: "entries[3].breakpoints[1][0] (max_m): expected ...".
+struct Reader : json_reader::Reader {
+  explicit Reader(const std::string& source) : json_reader::Reader(source), known(gemm_backends()) {}
 
-  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
-    FP8ROUTE_FAIL(ErrorCategory::io_error, "routing table " << path << ": " << where << ": " << what);
-  }
-  const Json& field(const Json& obj, const char* key, const std::string& where) const {
-    if (!obj.is_object()) fail(where, "expected an object");
-    const auto it = obj.find(key);
-    if (it == obj.end()) fail(where, std::string("missing field '") + key + "'");
-    return *it;
-  }
-  const Json& at(const Json& arr, size_t i, const std::string& where) const {
-    if (!arr.is_array() || i >= arr.size()) fail(where, "expected an array of at least " + std::to_string(i + 1) + " elements");
-    return arr[i];
-  }
-  std::string str(const Json& v, const std::string& where) const {
-    if (!v.is_string()) fail(where, "expected a string, got " + std::string(v.type_name()));
-    return v.get<std::string>();
-  }
-  int64_t positive(const Json& v, const std::string& where) const {
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0) fail(where, "expected a positive integer, got " + v.dump());
-    return v.get<int64_t>();
-  }
-  double time_us(const Json& v, const std::string& where) const {
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
-      fail(where, "expected a positive time in microseconds, got " + v.dump());
-    return v.get<double>();
-  }
   std::string backend(const Json& v, const std::string& where) const {
     std::string b = str(v, where);
-    const std::vector<std::string> known = gemm_backends();
-    if (std::find(known.begin(), known.end(), b) == known.end()) fail(where, "unknown backend '" + b + "'");
+    if (std::find(known.begin(), known.end(), b) == known.end())
+      fail(where, "unknown backend '" + json_reader::printable(b, 60) + "'");
     return b;
   }
-  // Scale kind and dtype parsers throw invalid_argument; a file's content is an io_error.
-  template <class F>
-  auto parsed(F f, const std::string& where) const {
-    try {
-      return f();
-    } catch (const Error& e) {
-      fail(where, e.what());
-    }
+  // What scaled_mm writes.
+  DType out(const Json& v, const std::string& where) const {
+    const std::string s = str(v, where);
+    if (s != "bf16" && s != "f16") fail(where, "expected bf16 or f16, got " + json_reader::describe(v));
+    return parse_dtype(s);
   }
+
+  const std::vector<std::string> known;  // gemm_backends()
 };
 
 }  // namespace
-
-TableStamp stamp_this_machine() {
-  TableStamp s;
-  const DeviceInfo& d = device_info(0);
-  const LibraryVersions v = library_versions();
-  s.gpu = d.name;
-  s.sm_count = d.sm_count;
-  s.cuda = cuda_version_string(v.cuda_runtime);
-  s.cublaslt = cublas_version_string(v.cublaslt);
-  s.fp8route = v.fp8route;
-  const std::time_t now = std::time(nullptr);
-  char date[16];
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  s.date = date;
-  return s;
-}
 
 RoutingTable build_routing_table(const std::vector<MeasurementRecord>& records, TableStamp stamp) {
   // (scale, out, n, k) -> (m, backend, config) -> fastest time seen
@@ -121,72 +84,70 @@ RoutingTable build_routing_table(const std::vector<MeasurementRecord>& records, 
 }
 
 RoutingTable load_routing_table(const std::string& path) {
-  const Reader rd{path};
+  if (path.empty()) FP8ROUTE_FAIL(ErrorCategory::io_error, "routing table: " << data_file_not_found("routes/h200.json")
+                                                          << "; FP8ROUTE_TABLE names one");
+  const Reader rd("routing table " + path);
   std::ifstream in(path, std::ios::binary);
   if (!in) rd.fail("file", "cannot open");
   std::stringstream buf;
   buf << in.rdbuf();
   const std::string text = buf.str();
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) rd.fail("file", "empty");
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    // nlohmann reports a cut-off file as an error at its last byte.
-    const bool truncated = e.byte >= text.size();
-    rd.fail("byte " + std::to_string(e.byte), std::string(truncated ? "truncated JSON (" : "not JSON (") + e.what() + ")");
-  }
-  if (rd.str(rd.field(j, "format", "top level"), "format") != kFormat)
+  const Json j = rd.parse(text);
+  rd.object(j, "");
+  if (rd.str(rd.field(j, "format", ""), "format") != kFormat)
     rd.fail("format", std::string("expected \"") + kFormat + "\"");
-  const Json& ver = rd.field(j, "version", "top level");
-  if (!ver.is_number_integer() || ver.get<int>() != kFormatVersion)
-    rd.fail("version", "expected " + std::to_string(kFormatVersion) + ", got " + ver.dump());
+  rd.integer(rd.field(j, "version", ""), "version", kFormatVersion, kFormatVersion);
 
   RoutingTable t;
-  const Json& s = rd.field(j, "stamp", "top level");
+  const Json& s = rd.field(j, "stamp", "");
   t.stamp.gpu = rd.str(rd.field(s, "gpu", "stamp"), "stamp.gpu");
-  t.stamp.sm_count = static_cast<int>(rd.positive(rd.field(s, "sm_count", "stamp"), "stamp.sm_count"));
+  t.stamp.sm_count = static_cast<int>(rd.integer(rd.field(s, "sm_count", "stamp"), "stamp.sm_count", 1, INT32_MAX));
   t.stamp.cuda = rd.str(rd.field(s, "cuda", "stamp"), "stamp.cuda");
   t.stamp.cublaslt = rd.str(rd.field(s, "cublaslt", "stamp"), "stamp.cublaslt");
   t.stamp.fp8route = rd.str(rd.field(s, "fp8route", "stamp"), "stamp.fp8route");
   t.stamp.date = rd.str(rd.field(s, "date", "stamp"), "stamp.date");
 
-  const Json& entries = rd.field(j, "entries", "top level");
-  if (!entries.is_array()) rd.fail("entries", "expected an array");
+  const Json& entries = rd.array(rd.field(j, "entries", ""), "entries");
   std::map<Key, size_t> seen;
   for (size_t i = 0; i < entries.size(); ++i) {
-    const std::string w = "entries[" + std::to_string(i) + "]";
-    const Json& je = entries[i];
+    const std::string w = element("entries", i);
+    const Json& je = rd.object(entries[i], w);
     TableEntry e;
-    const std::string scale = rd.str(rd.field(je, "scale", w), w + ".scale");
-    e.scale = rd.parsed([&] { return parse_scale_kind(scale); }, w + ".scale");
-    const std::string out = rd.str(rd.field(je, "out", w), w + ".out");
-    e.out = rd.parsed([&] { return parse_dtype(out, "out"); }, w + ".out");
-    e.n = rd.positive(rd.field(je, "n", w), w + ".n");
-    e.k = rd.positive(rd.field(je, "k", w), w + ".k");
+    const std::string scale = rd.str(rd.field(je, "scale", w), member(w, "scale"));
+    e.scale = rd.parsed([&] { return parse_scale_kind(scale); }, member(w, "scale"));
+    e.out = rd.out(rd.field(je, "out", w), member(w, "out"));
+    e.n = rd.integer(rd.field(je, "n", w), member(w, "n"), 1, kMaxDim);
+    e.k = rd.integer(rd.field(je, "k", w), member(w, "k"), 1, kMaxDim);
     if (auto [it, fresh] = seen.try_emplace({e.scale, e.out, e.n, e.k}, i); !fresh)
       rd.fail(w, "same (scale, out, n, k) as entries[" + std::to_string(it->second) + "]");
 
-    const Json& bps = rd.field(je, "breakpoints", w);
-    if (!bps.is_array() || bps.empty()) rd.fail(w + ".breakpoints", "expected a non-empty array");
+    const std::string wbs = member(w, "breakpoints");
+    const Json& bps = rd.array(rd.field(je, "breakpoints", w), wbs, 1);
     for (size_t b = 0; b < bps.size(); ++b) {
-      const std::string wb = w + ".breakpoints[" + std::to_string(b) + "]";
-      Breakpoint bp{rd.positive(rd.at(bps[b], 0, wb), wb + "[0] (max_m)"),
+      const std::string wb = element(wbs, b);
+      Breakpoint bp{rd.integer(rd.at(bps[b], 0, wb), wb + "[0] (max_m)", 1, kMaxDim),
                     rd.backend(rd.at(bps[b], 1, wb), wb + "[1] (backend)"),
-                    rd.str(rd.at(bps[b], 2, wb), wb + "[2] (config)")};
+                    rd.str(rd.at(bps[b], 2, wb), wb + "[2] (config)", true)};
       if (!e.breakpoints.empty() && bp.max_m <= e.breakpoints.back().max_m)
         rd.fail(wb, "max_m " + std::to_string(bp.max_m) + " does not increase (previous " +
                         std::to_string(e.breakpoints.back().max_m) + ")");
       e.breakpoints.push_back(std::move(bp));
     }
+    // The router ranks an entry's candidates from these (a breakpoint alone has no runner-up).
+    const std::string wms = member(w, "measured");
     const Json& ms = rd.field(je, "measured", w);
-    if (!ms.is_array()) rd.fail(w + ".measured", "expected an array");
+    if (!ms.is_array() || ms.empty()) rd.fail(wms, "expected a non-empty array, got " + json_reader::describe(ms));
+    std::map<std::tuple<int64_t, std::string, std::string>, size_t> measured_at;
     for (size_t r = 0; r < ms.size(); ++r) {
-      const std::string wr = w + ".measured[" + std::to_string(r) + "]";
-      e.measured.push_back({rd.positive(rd.at(ms[r], 0, wr), wr + "[0] (m)"),
-                            rd.backend(rd.at(ms[r], 1, wr), wr + "[1] (backend)"),
-                            rd.str(rd.at(ms[r], 2, wr), wr + "[2] (config)"),
-                            rd.time_us(rd.at(ms[r], 3, wr), wr + "[3] (us)")});
+      const std::string wr = element(wms, r);
+      Measured m{rd.integer(rd.at(ms[r], 0, wr), wr + "[0] (m)", 1, kMaxDim),
+                 rd.backend(rd.at(ms[r], 1, wr), wr + "[1] (backend)"),
+                 rd.str(rd.at(ms[r], 2, wr), wr + "[2] (config)", true),
+                 rd.positive(rd.at(ms[r], 3, wr), wr + "[3] (us)", "a positive time in microseconds")};
+      if (auto [it, fresh] = measured_at.try_emplace({m.m, m.backend, m.config}, r); !fresh)
+        rd.fail(wr, "same (m, backend, config) as " + element(wms, it->second));
+      e.measured.push_back(std::move(m));
     }
     t.entries.push_back(std::move(e));
   }
@@ -223,10 +184,54 @@ void save_routing_table(const RoutingTable& t, const std::string& path) {
   if (!f) FP8ROUTE_FAIL(ErrorCategory::io_error, "routing table " << path << ": cannot write");
 }
 
+namespace {
+// Any function of this library: dladdr names the shared object (or executable) it is in.
+void locate_this_module() {}
+}  // namespace
+
+std::vector<std::string> data_file_candidates(const std::string& relative) {
+  std::vector<std::string> out;
+  const auto add = [&](const std::filesystem::path& p) {
+    const std::string s = p.lexically_normal().string();
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  };
+  if (const char* src = std::getenv("FP8ROUTE_SOURCE_DIR"); src && *src) add(std::filesystem::path(src) / relative);
+  std::vector<std::filesystem::path> dirs;
+  std::error_code ec;
+  Dl_info info{};
+  // For code linked into the executable dladdr gives argv[0], which may be relative (to a folder
+  // since left, or found through PATH): only an absolute path is taken; /proc/self/exe names the
+  // executable.
+  if (dladdr(reinterpret_cast<void*>(&locate_this_module), &info) && info.dli_fname && info.dli_fname[0] == '/') {
+    const std::filesystem::path module = std::filesystem::weakly_canonical(info.dli_fname, ec);
+    if (!ec) dirs.push_back(module.parent_path());
+  }
+  if (const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec); !ec)
+    dirs.push_back(exe.parent_path());
+  for (const std::filesystem::path& d : dirs) add(d / relative);
+  for (const std::filesystem::path& d : dirs) add(d.parent_path() / "share" / "fp8route" / relative);
+  add(std::filesystem::path(FP8ROUTE_SOURCE_DIR) / relative);
+  return out;
+}
+
+std::string find_data_file(const std::string& relative) {
+  for (const std::string& p : data_file_candidates(relative)) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(p, ec)) return p;
+  }
+  return "";
+}
+
+std::string data_file_not_found(const std::string& relative) {
+  std::string s = "no " + relative + " found (looked for";
+  const std::vector<std::string> c = data_file_candidates(relative);
+  for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : " ") + c[i];
+  return s + ")";
+}
+
 std::string default_table_path() {
-  if (const char* t = std::getenv("FP8ROUTE_TABLE")) return t;
-  const char* src = std::getenv("FP8ROUTE_SOURCE_DIR");
-  return std::string(src ? src : FP8ROUTE_SOURCE_DIR) + "/routes/h200.json";
+  if (const char* t = std::getenv("FP8ROUTE_TABLE"); t && *t) return t;
+  return find_data_file("routes/h200.json");
 }
 
 }  // namespace fp8route

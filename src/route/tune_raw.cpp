@@ -2,16 +2,69 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_reader.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
-#include "route/stamp_json.h"
 
 namespace fp8route {
+
+namespace {
+
+using Json = nlohmann::json;
+using json_reader::element;
+using json_reader::kMaxDim;
+
+// No GEMM takes days; 1e12 us x (1 + 1000% final_pct) is still far from overflow.
+constexpr double kMaxUs = 1e12;
+
+// One line's fields, checked as load_routing_table checks a table's: a record that would load into
+// a table wrong fails here, naming the line and the field.
+struct LineReader : json_reader::Reader {
+  LineReader(const std::string& source, const std::vector<std::string>& known)
+      : json_reader::Reader(source), known(known) {}
+
+  std::string backend(const Json& v, const std::string& where) const {
+    std::string b = str(v, where);
+    if (std::find(known.begin(), known.end(), b) == known.end())
+      fail(where, "unknown backend '" + json_reader::printable(b, 60) + "'");
+    return b;
+  }
+  // Bounded so that settle_final_round's "pct% behind" stays finite: a time of inf would make the
+  // table that tune --build-only writes unreadable.
+  double us(const Json& v, const std::string& where) const {
+    const double t = positive(v, where, "a positive time in microseconds");
+    if (t > kMaxUs) fail(where, "expected a time of at most 1e12 microseconds, got " + json_reader::describe(v));
+    return t;
+  }
+  TuneRawFile::Problem problem(const Json& j) const {
+    const std::string scale = str(field(j, "scale", ""), "scale");
+    const Json& out_field = field(j, "out", "");
+    const std::string out = str(out_field, "out");
+    if (out != "bf16" && out != "f16") fail("out", "expected bf16 or f16, got " + json_reader::describe(out_field));
+    return {parsed([&] { return parse_scale_kind(scale); }, "scale"), parse_dtype(out),
+            integer(field(j, "n", ""), "n", 1, kMaxDim), integer(field(j, "k", ""), "k", 1, kMaxDim),
+            integer(field(j, "m", ""), "m", 1, kMaxDim)};
+  }
+  TableStamp stamp(const Json& s) const {
+    object(s, "stamp");
+    return {str(field(s, "gpu", "stamp"), "stamp.gpu"),
+            static_cast<int>(integer(field(s, "sm_count", "stamp"), "stamp.sm_count", 1, INT32_MAX)),
+            str(field(s, "cuda", "stamp"), "stamp.cuda"),
+            str(field(s, "cublaslt", "stamp"), "stamp.cublaslt"),
+            str(field(s, "fp8route", "stamp"), "stamp.fp8route"),
+            str(field(s, "date", "stamp"), "stamp.date")};
+  }
+
+  const std::vector<std::string>& known;  // gemm_backends()
+};
+
+}  // namespace
 
 void settle_final_round(std::vector<MeasurementRecord>& problem,
                         const std::vector<std::pair<std::string, std::string>>& final_round, double pct) {
@@ -30,49 +83,67 @@ TuneRawFile read_tune_raw(const std::string& path) {
   TuneRawFile raw;
   std::ifstream f(path, std::ios::binary);
   if (!f.good()) return raw;
+  const std::vector<std::string> known = gemm_backends();
   std::map<TuneRawFile::Problem, std::vector<MeasurementRecord>> pending;
   std::string line;
   int64_t offset = 0;
-  for (int no = 1; std::getline(f, line); ++no) {
+  for (int64_t no = 1; std::getline(f, line); ++no) {
     const bool complete = !f.eof();  // a line ends with '\n' unless it is the last, cut short
     const int64_t next = offset + static_cast<int64_t>(line.size()) + (complete ? 1 : 0);
+    const LineReader rd(path + ":" + std::to_string(no), known);
     try {
+      if (!complete) rd.fail("", "no end of line");
       if (!line.empty()) {
-        const nlohmann::json j = nlohmann::json::parse(line);
-        if (j.contains("stamp")) {
-          raw.stamp = j.at("stamp").get<TableStamp>();
+        const Json j = rd.parse(line);
+        rd.object(j, "");
+        if (const Json* s = rd.optional_field(j, "stamp", "")) {
+          raw.stamp = rd.stamp(*s);
         } else {
-          const TuneRawFile::Problem key{parse_scale_kind(j.at("scale").get<std::string>()),
-                                         parse_dtype(j.at("out").get<std::string>(), "out"),
-                                         j.at("n").get<int64_t>(), j.at("k").get<int64_t>(), j.at("m").get<int64_t>()};
-          if (j.value("done", false)) {
-            raw.finished.push_back(key);
-            std::vector<MeasurementRecord> problem = std::move(pending[key]);
-            pending.erase(key);
+          const TuneRawFile::Problem key = rd.problem(j);
+          const auto [scale, out, n, k, m] = key;
+          const Json* done = rd.optional_field(j, "done", "");
+          if (done && rd.boolean(*done, "done")) {
+            std::vector<MeasurementRecord> problem = pending[key];
             // --screen: the configs the quick round dropped, with their quick times (tune.cpp).
-            const auto [scale, out, n, k, m] = key;
-            if (j.contains("screened_out"))
-              for (const nlohmann::json& d : j.at("screened_out"))
-                problem.push_back({scale, out, n, k, m, d.at(0).get<std::string>(), d.at(1).get<std::string>(),
-                                   d.at(2).get<double>()});
+            if (const Json* so = rd.optional_field(j, "screened_out", "")) {
+              rd.array(*so, "screened_out");
+              for (size_t i = 0; i < so->size(); ++i) {
+                const std::string w = element("screened_out", i);
+                const Json& d = rd.array((*so)[i], w, 3);
+                problem.push_back({scale, out, n, k, m, rd.backend(d[0], w + "[0]"), rd.str(d[1], w + "[1]", true),
+                                   rd.us(d[2], w + "[2]")});
+              }
+            }
             // --final: the configs timed again (route.h, settle_final_round).
-            if (j.contains("final"))
-              settle_final_round(problem, j.at("final").get<std::vector<std::pair<std::string, std::string>>>(),
-                                 j.at("final_pct").get<double>());
+            if (const Json* fr = rd.optional_field(j, "final", "")) {
+              rd.array(*fr, "final");
+              std::vector<std::pair<std::string, std::string>> final_round;
+              for (size_t i = 0; i < fr->size(); ++i) {
+                const std::string w = element("final", i);
+                const Json& c = rd.array((*fr)[i], w, 2);
+                final_round.emplace_back(rd.backend(c[0], w + "[0]"), rd.str(c[1], w + "[1]", true));
+              }
+              const Json& pct = rd.field(j, "final_pct", "");
+              if (!pct.is_number() || !(pct.get<double>() >= 0 && pct.get<double>() <= 1000))
+                rd.fail("final_pct", "expected a percentage in [0, 1000], got " + json_reader::describe(pct));
+              settle_final_round(problem, final_round, pct.get<double>());
+            }
+            // Checked before anything is taken: a bad "done" line leaves the file as it was read.
+            raw.finished.push_back(key);
+            pending.erase(key);
             for (MeasurementRecord& r : problem) raw.records.push_back(std::move(r));
           } else {
-            const auto [scale, out, n, k, m] = key;
-            pending[key].push_back({scale, out, n, k, m, j.at("backend").get<std::string>(),
-                                    j.at("config").get<std::string>(), j.at("us").get<double>()});
+            pending[key].push_back({scale, out, n, k, m, rd.backend(rd.field(j, "backend", ""), "backend"),
+                                    rd.str(rd.field(j, "config", ""), "config", true),
+                                    rd.us(rd.field(j, "us", ""), "us")});
           }
         }
       }
-      if (!complete) throw std::runtime_error("no end of line");
       raw.good_bytes = next;
-    } catch (const std::exception& e) {
-      // Only the last line can be torn by an interrupted write; anything else is a damaged file.
-      if (complete && f.peek() != EOF)
-        FP8ROUTE_FAIL(ErrorCategory::io_error, path << ":" << no << ": not a tune record (" << e.what() << ")");
+    } catch (const Error&) {
+      // Only the last line can be torn by an interrupted write; anything else is a damaged file
+      // (the error names the file, the line and the field).
+      if (complete && f.peek() != EOF) throw;
       raw.torn = true;
     }
     offset = next;

@@ -211,3 +211,27 @@ def test_bench_recheck_times_a_miss_again_and_keeps_a_real_one(tmp_path):
     assert all("first_us" in x for x in records), records
     assert routed[0]["us"] > 1.5 * min(x["us"] for x in alone)
     assert routed[0]["first_us"] > 1.5 * min(x["first_us"] for x in alone)
+
+
+@pytest.mark.parametrize("args,flag", [
+    (("explain", "--model", "llama-3.1-8b", "--m", "1", "--tp", "0"), "--tp"),
+    (("explain", "--model", "llama-3.1-8b", "--m", "1", "--tp", str(2**32)), "--tp"),
+    (("explain", "--m", "0", "--n", "4096", "--k", "4096"), "--m"),
+    (("explain", "--m", "1", "--n", str(2**31), "--k", "4096"), "--n"),
+    (("bench", "--model", "llama-3.1-8b", "--tp", "1," + str(2**32)), "--tp"),
+    (("bench", "--model", "llama-3.1-8b", "--tp", "0"), "--tp"),
+    (("bench", "--model", "llama-3.1-8b", "--m", "1,0"), "--m"),
+    (("bench", "--model", "llama-3.1-8b", "--reps", "0"), "--reps"),
+    (("tune", "--model", "llama-3.1-8b", "--tp", str(2**32 + 8)), "--tp"),
+    (("probe", "--model", "llama-3.1-8b", "--reps", str(2**32), "-o", "never.json"), "--reps"),
+    (("bench", "--instances", "0"), "--instances"),
+])
+def test_integer_options_out_of_range_exit_2_naming_the_flag(args, flag, tmp_path):
+    # Checked at full width when parsed, before any work: a TP degree of 0 (or 2^32, narrowed to 0)
+    # used to divide by zero.
+    r = subprocess.run([os.path.abspath(cli_path()), *args], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                       env={**os.environ, "FP8ROUTE_SOURCE_DIR": ROOT})
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert flag in r.stderr, r.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
+

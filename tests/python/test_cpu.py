@@ -139,3 +139,19 @@ def test_probe_arguments():
     if "no GPU here" in fp8route.explain(64, 1536, 5120, scale="tensor"):
         with pytest.raises(RuntimeError, match="needs a GPU"):
             fp8route.probe([(1536, 5120)], scales="tensor", m_grid=[64])
+
+
+def test_integer_arguments_are_checked_at_full_width():
+    # A group size that a 32-bit int would read as 128 (or as another valid size) is refused.
+    for g in (2**32 + 128, 2**32 + 16, -(2**32) + 64, 2**62):
+        with pytest.raises(ValueError, match="group_size"):
+            fp8route.quant_layout(4, 512, group_size=g)
+    x = np.zeros((4, 256), np.float32)
+    out = (np.zeros((4, 256), np.uint8), np.zeros((4, 2), np.float32))
+    with pytest.raises(ValueError, match="group_size"):
+        fp8route.per_token_group_quant(x, group_size=2**32 + 128, out=out)
+    with pytest.raises(ValueError, match="group_size"):
+        fp8route.scatter_per_token_group_quant(x, np.zeros((4, 2), np.int32), rows=8, group_size=2**32 + 128, out=out)
+    # Sizes whose product passes 64 bits are refused too, not wrapped.
+    with pytest.raises(ValueError, match="overflows"):
+        fp8route.quant_layout(2**62, 1024)

@@ -225,3 +225,132 @@ def test_probe_routes_scaled_mm_by_its_timings():
         assert ((y.double() - want).norm() / want.norm()).item() < 1e-2
     finally:
         fp8route.load_table(shipped)
+
+
+def test_empty_inputs_give_empty_outputs():
+    # torch gives empty tensors a null data pointer; every op takes them and returns empty outputs
+    # of the right shapes (the dynamic per-tensor scale is still written: amax floor / 448).
+    bf16, i32 = torch.bfloat16, torch.int32
+    x = torch.empty(0, 512, device=DEV, dtype=bf16)
+    q, s = fp8route.per_token_group_quant(x)
+    assert q.shape == (0, 512) and q.dtype == torch.float8_e4m3fn and s.shape == (0, 4)
+    _, s = fp8route.per_token_group_quant(x, layout="col_major_tma")
+    assert s.shape == (4, 0)
+    q, s = fp8route.silu_and_mul_per_token_group_quant(torch.empty(0, 1024, device=DEV, dtype=bf16))
+    assert q.shape == (0, 512) and s.shape == (0, 4)
+    q, s = fp8route.masked_per_token_group_quant(torch.empty(3, 0, 512, device=DEV, dtype=bf16),
+                                                 torch.zeros(3, device=DEV, dtype=i32))
+    assert q.shape == (3, 0, 512) and s.shape == (3, 0, 4)
+    q, s = fp8route.masked_per_token_group_quant(torch.empty(0, 4, 512, device=DEV, dtype=bf16),
+                                                 torch.empty(0, device=DEV, dtype=i32))
+    assert q.shape == (0, 4, 512) and s.shape == (0, 4, 4)
+    q, s = fp8route.scatter_per_token_group_quant(x, torch.empty(0, 8, device=DEV, dtype=i32), rows=6,
+                                                  layout="col_major_tma")
+    assert q.shape == (6, 512) and s.shape == (4, 8)
+    assert torch.all(q.view(torch.uint8) == 0) and torch.all(s == 0)
+    q, s = fp8route.per_token_quant(x)
+    assert q.shape == (0, 512) and s.shape == (0,)
+    q, scale = fp8route.per_tensor_quant(x)
+    floor = torch.tensor([1e-10], device=DEV)
+    assert q.shape == (0, 512) and torch.equal(scale, floor / torch.full_like(floor, QMAX))
+    q, _ = fp8route.per_tensor_quant(x, scale=scale)
+    assert q.shape == (0, 512)
+    b = torch.randn(256, 512, device=DEV).to(torch.float8_e4m3fn)
+    a = torch.empty(0, 512, device=DEV, dtype=torch.float8_e4m3fn)
+    one = torch.ones(1, device=DEV)
+    assert fp8route.scaled_mm(a, b, one, one, scale="tensor").shape == (0, 256)
+    assert fp8route.scaled_mm(a, b, torch.empty(0, device=DEV), torch.ones(256, device=DEV), scale="row").shape == (0, 256)
+    a4 = torch.randn(4, 512, device=DEV).to(torch.float8_e4m3fn)
+    assert fp8route.scaled_mm(a4, b[:0], one, one, scale="tensor").shape == (4, 0)
+    w = torch.randn(256, 512, device=DEV, dtype=bf16) / 16
+    for act in ("row", "tensor", "block"):
+        layer = fp8route.Fp8Linear.from_float(w, act=act)
+        assert layer(torch.empty(0, 512, device=DEV, dtype=bf16)).shape == (0, 256)
+        assert layer(torch.empty(2, 0, 512, device=DEV, dtype=bf16)).shape == (2, 0, 256)
+
+
+def test_overlapping_outputs_are_refused():
+    x = torch.randn(4, 512, device=DEV, dtype=torch.bfloat16)
+    buf = torch.zeros(4 * 512 + 64, device=DEV, dtype=torch.uint8)
+    q = buf[:4 * 512].view(4, 512)
+    s = buf[4 * 512 - 32:4 * 512 + 32].view(torch.float32).view(4, 4)  # its first 32 bytes are q's last
+    with pytest.raises(ValueError, match="q and s overlap"):
+        fp8route.per_token_group_quant(x, out=(q, s))
+    assert torch.all(buf == 0)
+    a = torch.randn(16, 256, device=DEV).to(torch.float8_e4m3fn)
+    b = torch.randn(128, 256, device=DEV).to(torch.float8_e4m3fn)
+    one = torch.ones(1, device=DEV)
+    with pytest.raises(ValueError, match="out and a overlap"):
+        fp8route.scaled_mm(a, b, one, one, scale="tensor", out=a.view(torch.bfloat16)[:, :128])
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_ops_run_on_their_tensors_device():
+    # The current device stays cuda:0; the calls run on cuda:1, where their tensors are, and tensors
+    # of one call on two GPUs are a ValueError naming them.
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda:1")
+    x = torch.randn(8, 1024, device=dev, dtype=torch.bfloat16)
+    q, s = fp8route.per_token_group_quant(x)
+    rq, rs = ref_group_quant(x, 128)
+    assert q.device == dev and torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+    a = (torch.randn(16, 1024, device=dev) * 4).to(torch.float8_e4m3fn)
+    b = (torch.randn(256, 1024, device=dev) * 4).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(16, device=dev) + 0.5, torch.rand(256, device=dev) + 0.5
+    y = fp8route.scaled_mm(a, b, sa, sb, scale="row")
+    want = dequant_mm(a, b, sa, sb, "row")
+    assert y.device == dev and ((y.double() - want).norm() / want.norm()).item() < 1e-2
+    w = torch.randn(256, 1024, device=dev, dtype=torch.bfloat16) / 32
+    layer = fp8route.Fp8Linear.from_float(w, act="row")
+    assert ((layer(x).double() - x.double() @ w.double().t()).norm() / (x.double() @ w.double().t()).norm()).item() < 5e-2
+    assert torch.cuda.current_device() == 0
+    with pytest.raises(ValueError, match="scale_a and a: must be on one device"):
+        fp8route.scaled_mm(a, b, sa.to("cuda:0"), sb, scale="row")
+    with pytest.raises(ValueError, match="and x: must be on one device"):
+        fp8route.per_token_group_quant(x, out=(torch.empty(8, 1024, device="cuda:0", dtype=torch.uint8),
+                                               torch.empty(8, 8, device="cuda:0")))
+    with pytest.raises(ValueError, match="a and weight: must be on one device"):
+        layer(x.to("cuda:0"))
+
+
+def test_bad_inputs_raise_value_errors_naming_the_argument():
+    # One rule broken per case; each is a ValueError naming the argument, and the given outputs keep
+    # their poison: nothing was written.
+    bf16 = torch.bfloat16
+    x = torch.randn(4, 512, device=DEV, dtype=bf16)
+    q = torch.full((4, 512), 0x55, device=DEV, dtype=torch.uint8)
+    s = torch.full((4, 4), 7.0, device=DEV)
+    unaligned = torch.empty(4 * 512 + 1, device=DEV, dtype=bf16)[1:].view(4, 512)
+    a = torch.randn(16, 256, device=DEV).to(torch.float8_e4m3fn)
+    b = torch.randn(128, 256, device=DEV).to(torch.float8_e4m3fn)
+    one = torch.ones(1, device=DEV)
+    y = torch.full((16, 128), 3.0, device=DEV, dtype=bf16)
+    group = fp8route.per_token_group_quant
+    cases = [
+        (lambda: group(x.int(), out=(q, s)), "x: dtype"),
+        (lambda: group(x[None], out=(q, s)), r"x: expected \[T, H\]"),
+        (lambda: group(x[:, ::2], out=(q[:, :256], s[:, :2].contiguous())), "x: last dim must be contiguous"),
+        (lambda: group(unaligned, out=(q, s)), "x: pointer"),
+        (lambda: group(x, out=(q[:, :256], s)), "q: expected shape"),
+        (lambda: group(x, out=(q, s.t())), "s: must be contiguous"),
+        (lambda: group(x, out=(q, s.cpu())), "s: must be CUDA"),
+        (lambda: group(x, out=(q, x.view(torch.float32).reshape(-1)[:16].view(4, 4))), "s and x overlap"),
+        (lambda: group(x, group_size=2**32 + 128, out=(q, s)), "group_size"),
+        (lambda: fp8route.masked_per_token_group_quant(x[None], torch.ones(1, device=DEV), out=(q[None], s[None])),
+         "masked_m: dtype"),
+        (lambda: fp8route.scatter_per_token_group_quant(x, torch.zeros(4, 2, device=DEV, dtype=torch.int64), rows=4,
+                                                        out=(q, s)), "src2dst"),
+        (lambda: fp8route.per_token_quant(x, out=(q, s[:, 0].contiguous()[:3])), "s: expected shape"),
+        (lambda: fp8route.per_tensor_quant(x, scale=torch.ones(2, device=DEV), out=q), "scale: expected one f32 element"),
+        (lambda: fp8route.scaled_mm(a.to(bf16), b, one, one, scale="tensor", out=y), "a: dtype"),
+        (lambda: fp8route.scaled_mm(a, b[:, :128], one, one, scale="tensor", out=y), r"b: expected \[N, K\]"),
+        (lambda: fp8route.scaled_mm(a, b, one.cpu(), one, scale="tensor", out=y), "scale_a: must be CUDA"),
+        (lambda: fp8route.scaled_mm(a, b, one, one, scale="tensor", bias=torch.zeros(128, device=DEV), out=y),
+         "bias: dtype"),
+        (lambda: fp8route.scaled_mm(a, b, one, one, scale="tensor", out=y[:, :64]), "out: expected shape"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match):
+            call()
+    torch.cuda.synchronize()
+    assert torch.all(q == 0x55) and torch.all(s == 7.0) and torch.all(y == 3.0)

@@ -17,14 +17,16 @@ int run_info(const InfoOptions& opt) {
   const LibraryVersions v = library_versions();
   const int n = cuda_device_count();
   const std::vector<ComponentStatus> components = component_status(n > 0 ? 0 : -1);
-  // The routing table scaled_mm() uses (default_router()).
+  // The routing table scaled_mm() uses (default_router(): $FP8ROUTE_TABLE, else the first
+  // routes/h200.json found; when none is, the load error lists the places looked in).
   const std::shared_ptr<const Router> router = default_router();
+  const std::string table_path = default_table_path();
   const TableStamp& ts = router->table().stamp;
   const std::string table_line =
       router->load_error().empty()
-          ? default_table_path() + ": " + std::to_string(router->table().entries.size()) + " entries, measured on " +
-                ts.gpu + " (" + std::to_string(ts.sm_count) + " SMs, CUDA " + ts.cuda + ", cuBLASLt " + ts.cublaslt +
-                ") on " + ts.date
+          ? table_path + ": " + std::to_string(router->table().entries.size()) + " entries, measured on " + ts.gpu +
+                " (" + std::to_string(ts.sm_count) + " SMs, CUDA " + ts.cuda + ", cuBLASLt " + ts.cublaslt + ") on " +
+                ts.date
           : "not loaded (" + router->load_error() + "): routing by the heuristic rules";
 
   if (opt.json) {
@@ -42,10 +44,13 @@ int run_info(const InfoOptions& opt) {
     }
     if (n == 0) j["no_gpu_reason"] = cuda_unavailable_reason();
     j["routing_table"] = table_line;
+    j["routing_table_path"] = table_path;  // "" when none was found
+    j["routing_table_load_error"] = router->load_error();
     j["components"] = nlohmann::json::array();
     for (const auto& c : components)
       j["components"].push_back({{"name", c.name}, {"usable", c.usable}, {"reason", c.reason}});
-    std::printf("%s\n", j.dump(2).c_str());
+    // A path or a device name need not be UTF-8; JSON output must be.
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
 

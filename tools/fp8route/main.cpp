@@ -5,23 +5,54 @@
 
 #include <cstdio>
 #include <exception>
+#include <sstream>
+#include <string>
 
 #include "commands.h"
 #include "fp8route/error.h"
 #include "fp8route/version.h"
+#include "workload.h"
 
 namespace {
+
+using fp8route::cli::kMaxM;
+using fp8route::cli::kMaxReps;
+using fp8route::cli::kMaxTp;
+
+// A comma-separated list of integers in [lo, hi], checked when parsed (each value at full width).
+CLI::Validator int_list(int64_t lo, int64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        std::stringstream items(s);
+        for (std::string item; std::getline(items, item, ',');) {
+          if (item.empty()) continue;  // as the option's parser reads it
+          try {
+            fp8route::cli::parse_int_list(item, "", lo, hi);
+          } catch (const fp8route::Error&) {
+            return "expected comma-separated integers in " + range + ", got '" + item + "'";
+          }
+        }
+        return "";
+      },
+      "INT[,INT...] in " + range);
+}
 
 void add_shape_options(CLI::App* cmd, fp8route::cli::ShapeOptions& s, const char* default_model) {
   cmd->add_option("--model", s.model, std::string("comma-separated models of the catalog, or all (default: ") +
                                           default_model + ")");
-  cmd->add_option("--tp", s.tp, "tensor-parallel degrees, comma-separated")->capture_default_str();
-  cmd->add_option("--m", s.m, "M values, comma-separated (default: the catalog's m_grid, 1..16384)");
+  cmd->add_option("--tp", s.tp, "tensor-parallel degrees, comma-separated")
+      ->capture_default_str()
+      ->check(int_list(1, kMaxTp));
+  cmd->add_option("--m", s.m, "M values, comma-separated (default: the catalog's m_grid, 1..16384)")
+      ->check(int_list(1, kMaxM));
   cmd->add_option("--shapes", s.shapes, "a shape file instead of models: one 'N K [label]' per line");
   cmd->add_option("--scale", s.scale, "scale kinds, comma-separated: tensor, row, block")->capture_default_str();
   cmd->add_option("--out", s.out, "output dtype: bf16 or f16")->capture_default_str();
   cmd->add_option("--catalog", s.catalog, "shape catalog (default: shapes/models.json of the project)");
-  cmd->add_option("--reps", s.reps, "timed graph replays per measurement (median reported)")->capture_default_str();
+  cmd->add_option("--reps", s.reps, "timed graph replays per measurement (median reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, static_cast<int>(kMaxReps)));
   cmd->add_option("--instances", s.instances,
                   "capture each candidate into this many CUDA graphs and average their medians (stream-K "
                   "graphs run at one of two speeds per instance)")
@@ -56,13 +87,15 @@ int main(int argc, char** argv) {
   ExplainOptions ex;
   CLI::App* explain_cmd = app.add_subcommand(
       "explain", "which backend/config a GEMM routes to, from where (exact, nearest, heuristic), and why");
-  explain_cmd->add_option("--m", ex.m, "tokens (rows of a)")->capture_default_str();
-  explain_cmd->add_option("--n", ex.n, "output features (rows of the weight)");
-  explain_cmd->add_option("--k", ex.k, "input features");
+  explain_cmd->add_option("--m", ex.m, "tokens (rows of a)")->capture_default_str()->check(CLI::Range(int64_t{1}, kMaxM));
+  explain_cmd->add_option("--n", ex.n, "output features (rows of the weight)")->check(CLI::Range(int64_t{1}, kMaxM));
+  explain_cmd->add_option("--k", ex.k, "input features")->check(CLI::Range(int64_t{1}, kMaxM));
   explain_cmd->add_option("--scale", ex.scale, "tensor, row or block")->capture_default_str();
   explain_cmd->add_option("--out", ex.out, "bf16 or f16")->capture_default_str();
   explain_cmd->add_option("--model", ex.model, "every layer of a shapes/models.json model instead of --n/--k");
-  explain_cmd->add_option("--tp", ex.tp, "tensor-parallel degree with --model")->capture_default_str();
+  explain_cmd->add_option("--tp", ex.tp, "tensor-parallel degree with --model")
+      ->capture_default_str()
+      ->check(CLI::Range(1, static_cast<int>(kMaxTp)));
   explain_cmd->add_option("--table", ex.table, "routing table (default: $FP8ROUTE_TABLE, else routes/h200.json)");
 
   BenchOptions bench;
@@ -137,7 +170,13 @@ int main(int argc, char** argv) {
   CLI::App* check_cmd = app.add_subcommand("check", "quick correctness self-test of every backend on this GPU");
   check_cmd->add_flag("--quick", check.quick, "fewer shapes");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; a bad option is an invalid argument like any other (exit 2),
+    // with CLI11's message naming it.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   try {
     if (app.got_subcommand(explain_cmd)) return run_explain(ex);
     if (app.got_subcommand(info_cmd)) return run_info(info);

@@ -277,6 +277,7 @@ struct GroupQuantParams {
   int vecs;                        // H / kQuantVec, given (derived per item it cost a division)
   const int32_t* masked_m;         // [experts] or null
   const int32_t* src2dst;          // [tokens, topk] or null (scatter)
+  const int32_t* owner;            // scatter: [dst_rows], the entry t * topk + j that writes each row
   int topk;
   int64_t dst_rows;                // scatter: rows of q and s
   uint8_t* q;                      // codes [.., H], row-major
@@ -395,7 +396,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
   }
 
   // Layout rows past the last token are zeroed by the last row of each expert (scatter: by source
-  // row 0, which is launched even with no tokens), one column per group leader. Cold: one row in T.
+  // row 0; with no tokens the launcher zeroes them), one column per group leader. Cold: one row in T.
   const bool pad_row = p.t_pad > 0 && (src2dst ? row == 0 : (row < src_rows && t == p.tokens - 1));
   if (pad_row && lane == 0) {
 #pragma unroll 1
@@ -435,13 +436,27 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
       continue;
     }
     for (int j = 0; j < p.topk; ++j) {
-      const int64_t dst = src2dst[t * p.topk + j];
-      if (dst < 0 || dst >= p.dst_rows) continue;
+      const int64_t entry = t * p.topk + j;
+      const int64_t dst = src2dst[entry];
+      // A row that several entries name is written by its owner alone (scatter_owner_kernel).
+      if (dst < 0 || dst >= p.dst_rows || __ldg(p.owner + dst) != entry) continue;
       *reinterpret_cast<uint2*>(p.q + dst * p.hidden + static_cast<uint32_t>(v) * kQuantVec) = codes;
       if (lane == 0)
         store_scale(static_cast<uint32_t*>(p.s) + dst * p.s_stride_t, static_cast<uint32_t>(p.s_stride_c), p.groups,
                     packed, c, sm);
     }
+  }
+}
+
+// Scatter: owner[d] = the largest entry i = t * topk + j with src2dst[i] = d, over owner preset to
+// -1, so that a destination row several entries name is written by exactly one of them.
+constexpr int kOwnerThreads = 256;
+__global__ void __launch_bounds__(kOwnerThreads) scatter_owner_kernel(const int32_t* src2dst, int32_t entries, int32_t rows,
+                                                            int32_t* owner) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < entries;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t d = src2dst[i];
+    if (d >= 0 && d < rows) atomicMax(owner + d, static_cast<int32_t>(i));
   }
 }
 

@@ -22,18 +22,21 @@
 // stride of ceil(K/128) rounded up to 4: our scale_b [ceil(N/128), ceil(K/128)] is unpadded, so it
 // matches only when ceil(K/128) % 4 == 0 (K = 512, 1536, 2048, 7168, 14336, 18432; not 5376).
 //
-// Caching (nothing below is created per call in the steady state; the process owns it for life):
+// Caching (nothing below is created per call in the steady state; the process owns it for life, but
+// for a graph's workspace):
 // - per device: one cublasLtHandle;
-// - per (device, stream): one workspace. Not one per device: GEMMs of two streams overlap on the
-//   GPU and would race on a shared workspace (split-K partials live there). Allocated on the
-//   stream's first call, under CUDA graph capture too.
+// - the workspace (split-K partials live there): per (device, stream), or per graph for a call
+//   under CUDA graph capture (core/workspace.h), so that GEMMs that may overlap on the GPU (two
+//   streams, two graphs replayed at once, a graph beside eager calls) never share one. Sized to what
+//   the algorithm needs (the heuristic's workspaceSize, often 0), so a graph holds little.
 // - per problem key (device, M, N, K, lda, ldb, ldo, scale kind and vector flags, out dtype, bias):
 //   a Plan with the matmul descriptor, the layouts and the top kAlgos heuristic algorithms; config
 //   "heuristicN" runs the N-th ranked one, so one Plan serves every config.
 // Thread safety: one mutex guards the maps; nothing is ever erased, and a Plan's layouts and
-// algorithms are immutable. The scale and bias pointers change per call, and setting them on a
-// shared descriptor is not thread-safe, so each Plan has a mutex held from setting them through
-// cublasLtMatmul (a host-side enqueue of a few microseconds): different problems never contend,
+// algorithms are immutable. The scale and bias pointers change per call (16-byte aligned:
+// with_aligned_scales copies a slice that is not), and setting them on a shared descriptor is not
+// thread-safe, so each Plan has a mutex held from setting them through cublasLtMatmul (a host-side
+// enqueue of a few microseconds): different problems never contend,
 // concurrent calls of one problem serialize only their enqueue. Per-thread descriptors would avoid
 // even that at the cost of one descriptor set per thread and problem; it is not worth it here.
 
@@ -53,6 +56,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/workspace.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "gemm/backend.h"
@@ -63,10 +67,9 @@ namespace {
 constexpr int kAlgos = 4;  // the configs: the heuristic's top algorithm and the next three
 constexpr std::array<const char*, kAlgos> kConfigNames = {"heuristic", "heuristic1", "heuristic2",
                                                           "heuristic3"};
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // NVIDIA's recommended size on Hopper
-// A bound on a leak, not a working limit: workspaces live as long as the process, so a caller that
-// creates a fresh stream per call would otherwise grow without end.
-constexpr size_t kMaxStreamsPerDevice = 64;
+// The most workspace an algorithm may ask for (NVIDIA's recommended size on Hopper); each call gets
+// what its algorithm needs.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 // What GemmProblem::align == 16 guarantees of a, b and y; unset, the heuristic assumes 256 bytes and
 // may pick a kernel that fails on a 16-byte aligned slice.
 constexpr uint32_t kMinAlignBytes = 16;
@@ -143,6 +146,7 @@ struct Plan {
   DescPtr desc;
   LayoutPtr a, b, d;                        // cuBLAS A = our b, B = our a, D (and C) = y
   std::vector<cublasLtMatmulAlgo_t> algos;  // ranked best first; fewer than kAlgos, or none, happens
+  std::vector<size_t> workspace;            // bytes each algorithm needs
   std::mutex mu;                            // held from set_pointers through cublasLtMatmul
 };
 
@@ -192,15 +196,18 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmProblem& p, c
                          << cublasLtGetStatusString(s) << ") for " << to_string(p));
   if (s == CUBLAS_STATUS_SUCCESS)
     for (int i = 0; i < count; ++i)
-      if (found[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(found[i].algo);
+      if (found[i].state == CUBLAS_STATUS_SUCCESS) {
+        plan->algos.push_back(found[i].algo);
+        plan->workspace.push_back(found[i].workspaceSize);
+      }
   return plan;
 }
 
 struct State {
-  std::mutex mu;  // guards the three maps
+  std::mutex mu;  // guards the two maps
   std::map<int, cublasLtHandle_t> handles;
-  std::map<std::pair<int, uintptr_t>, void*> workspaces;  // (device, stream)
   std::map<Key, std::unique_ptr<Plan>> plans;
+  Workspaces workspaces{"cuBLASLt workspace"};  // thread-safe on its own
 };
 
 // Never destroyed: releasing cuBLAS and CUDA objects from a static destructor races the CUDA
@@ -216,29 +223,6 @@ cublasLtHandle_t handle_locked(State& st, int device) {
   FP8ROUTE_CUBLAS_CHECK(cublasLtCreate(&h));
   st.handles.emplace(device, h);
   return h;
-}
-
-void* workspace_locked(State& st, int device, cudaStream_t stream) {
-  const std::pair<int, uintptr_t> key(device, reinterpret_cast<uintptr_t>(stream));
-  if (auto it = st.workspaces.find(key); it != st.workspaces.end()) return it->second;
-  size_t on_device = 0;
-  for (const auto& [k, ws] : st.workspaces) on_device += k.first == device;
-  FP8ROUTE_CHECK_CAT(on_device < kMaxStreamsPerDevice, ErrorCategory::unsupported,
-                     "cublaslt: " << on_device << " streams already hold a " << (kWorkspaceBytes >> 20)
-                                  << " MiB workspace on device " << device
-                                  << " (kept for the process); reuse streams instead of creating one "
-                                     "per call");
-  // Relaxed capture mode for this thread: legal while this stream or another thread's is capturing
-  // (a first call under CUDA graph capture, as torch.cuda.graph's own capture stream makes); the
-  // allocation is not recorded in the graph, and the buffer is never freed.
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  FP8ROUTE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  void* ws = nullptr;
-  const cudaError_t e = cudaMalloc(&ws, kWorkspaceBytes);
-  FP8ROUTE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  FP8ROUTE_CUDA_CHECK(e);
-  st.workspaces.emplace(key, ws);
-  return ws;
 }
 
 Plan* plan_locked(State& st, int device, cublasLtHandle_t handle, const GemmProblem& p,
@@ -348,16 +332,16 @@ class CublasLtBackend final : public GemmBackend {
     return s;
   }
 
-  void run(const GemmProblem& p, const GemmOperands& ops, int config, cudaStream_t stream) const override {
+  void run(const GemmProblem& p, const GemmOperands& ops_in, int config, cudaStream_t stream) const override {
     int device = 0;
     FP8ROUTE_CUDA_CHECK(cudaGetDevice(&device));
+    const std::string who = std::string("cublaslt/") + kConfigNames[config];
+    const GemmOperands ops = with_aligned_scales(p, ops_in, stream, who);
+    State& st = state();
     cublasLtHandle_t handle = nullptr;
-    void* ws = nullptr;
     Plan* plan = nullptr;
     {
-      State& st = state();
       const std::lock_guard lock(st.mu);
-      ws = workspace_locked(st, device, stream);
       handle = handle_locked(st, device);
       plan = plan_locked(st, device, handle, p, ops);
     }
@@ -365,13 +349,15 @@ class CublasLtBackend final : public GemmBackend {
                        "cublaslt/" << kConfigNames[config] << ": cuBLASLt's heuristic offers "
                                    << plan->algos.size() << " algorithm(s) for " << to_string(p)
                                    << " (lda=" << ops.lda << " ldb=" << ops.ldb << " ldo=" << ops.ldo << ")");
+    const size_t ws_bytes = plan->workspace[config];
+    void* ws = ws_bytes == 0 ? nullptr : st.workspaces.get(device, ws_bytes, stream, who);
     const float one = 1.f, zero = 0.f;
     const std::lock_guard lock(plan->mu);
     set_pointers(plan->desc.get(), p, ops);
     const cublasStatus_t s =
         cublasLtMatmul(handle, plan->desc.get(), &one, ops.b, plan->a.get(), ops.a, plan->b.get(),
                        &zero, ops.out, plan->d.get(), ops.out, plan->d.get(), &plan->algos[config], ws,
-                       kWorkspaceBytes, stream);
+                       ws_bytes, stream);
     FP8ROUTE_CHECK_CAT(s == CUBLAS_STATUS_SUCCESS, ErrorCategory::cuda_error,
                        "cublasLtMatmul failed: " << cublasLtGetStatusName(s) << " ("
                            << cublasLtGetStatusString(s) << ") for " << to_string(p) << ", config "

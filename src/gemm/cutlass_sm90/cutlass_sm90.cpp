@@ -1,6 +1,7 @@
 // The cutlass_sm90 backend: CUTLASS 3.x SM90 TMA warp-specialized kernels, one per line of
 // configs.def and output dtype (kernel.cuh). This file holds what needs no CUTLASS: the config
-// names, the requirements (supports) and the per-device stream-K workspace.
+// names, the requirements (supports), the stream-K workspace (per stream, or per captured graph) and
+// 16-byte aligned copies of scales and bias that are only element-aligned.
 
 #include <algorithm>
 #include <array>
@@ -113,7 +114,10 @@ class CutlassSm90Backend final : public GemmBackend {
   void run(const GemmProblem& p, const GemmOperands& ops, int config, cudaStream_t stream) const override {
 #ifdef FP8ROUTE_HAVE_CUTLASS
     const DeviceInfo& dev = device_info();
-    const KernelArgs x = kernel_args(p, ops, &dev);
+    // The blockwise mainloop loads block scales with TMA (16-byte aligned addresses), and the
+    // epilogue's broadcasts are declared with 16-byte alignment.
+    const std::string who = "cutlass_sm90/" + configs()[config];
+    const KernelArgs x = kernel_args(p, with_aligned_scales(p, ops, stream, who), &dev);
     const KernelFns& k = kernel(config, p.out);
     FP8ROUTE_CHECK_CAT(k.can_implement(x), ErrorCategory::unsupported,
                        "cutlass_sm90/" << configs()[config] << ": CUTLASS can_implement rejects "
@@ -121,7 +125,7 @@ class CutlassSm90Backend final : public GemmBackend {
                                        << " ldo=" << ops.ldo);
     const size_t bytes = k.workspace_bytes(x);
     void* workspace =
-        bytes == 0 ? nullptr : workspaces_.get(dev.index, bytes, stream, "cutlass_sm90/" + configs()[config]);
+        bytes == 0 ? nullptr : workspaces_.get(dev.index, bytes, stream, who);
     k.launch(x, workspace, stream);
 #else
     (void)p, (void)ops, (void)config, (void)stream;
@@ -130,7 +134,8 @@ class CutlassSm90Backend final : public GemmBackend {
   }
 
  private:
-  // The stream-K workspace (partial tiles and their flags), one per (device, stream).
+  // The stream-K workspace (partial tiles and their flags; CUTLASS zeroes the flags at each launch),
+  // one per (device, stream), or per graph under capture (core/workspace.h).
   mutable Workspaces workspaces_;
 };
 

@@ -1,6 +1,6 @@
 // The skinny backend: launcher of kernels/gemm_skinny.cuh (small M, weight-read bound). Holds the
-// config list, the requirements (supports), the split-K rule and the per-(device, stream)
-// split-K workspace.
+// config list, the requirements (supports), the split-K rule and the split-K workspace (per
+// stream, or per captured graph: core/workspace.h).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -208,7 +208,8 @@ class SkinnyBackend final : public GemmBackend {
   }
 
  private:
-  // Split-K partials and the per-row-range arrival counters, one of each per (device, stream).
+  // Split-K partials and the per-row-range arrival counters, one of each per (device, stream) or per
+  // captured graph; the last block of a row range resets its counter, so a launch leaves them zero.
   // Apart, so that partials never land where a later, larger problem keeps its counters.
   mutable Workspaces partials_{"split-K workspace"};
   mutable Workspaces counters_{"split-K counter array", /*zero_new=*/true};

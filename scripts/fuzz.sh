@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of fuzz/ (clang++, AddressSanitizer and UBSan) and runs each for a
+# bounded time from the seed corpus fuzz/corpus/<target>; a crash, a leak, undefined behaviour or a
+# broken rule (fuzz/fuzz_readers.h) fails it, and its input is kept for the regression test and corpus.
+#   scripts/fuzz.sh [--junit report.xml] [target...]     (targets: table tune_raw catalog shape_file)
+#   FP8ROUTE_FUZZ_SECONDS  seconds per target (default 30)
+#   FP8ROUTE_FUZZ_BUILD    build folder (default build/fuzz); crashing inputs go to its artifacts/
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${FP8ROUTE_FUZZ_BUILD:-$root/build/fuzz}"
+seconds="${FP8ROUTE_FUZZ_SECONDS:-30}"
+junit=""
+if [ "${1:-}" = "--junit" ]; then junit="$2"; shift 2; fi
+targets=("$@"); ((${#targets[@]})) || targets=(table tune_raw catalog shape_file)
+
+log="$build/build.log"
+mkdir -p "$build"
+if ! { cmake -S "$root/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="${FP8ROUTE_FUZZ_CXX:-clang++}" \
+         && cmake --build "$build"; } >"$log" 2>&1; then
+  tail -30 "$log"
+  echo "fuzz: the targets did not build (clang++ with libFuzzer: scripts/setup.sh installs clang and libclang-rt-14-dev)" >&2
+  built=0
+else
+  built=1
+fi
+
+# The targets hand each input to the readers as a file: in memory when /dev/shm is there (twice the
+# runs per second of a disk).
+scratch_root=/tmp; [ -d /dev/shm ] && [ -w /dev/shm ] && scratch_root=/dev/shm
+scratch=$(mktemp -d "$scratch_root/fp8route-fuzz.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+
+rc=0
+cases=""
+for t in "${targets[@]}"; do
+  # New inputs go to a scratch corpus; the repository's seeds are only read.
+  work="$build/corpus/$t"; art="$build/artifacts/$t"
+  mkdir -p "$work" "$art"
+  start=$(date +%s)
+  if ((built)); then
+    TMPDIR="$scratch" "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -dict="$root/fuzz/json.dict" \
+      -artifact_prefix="$art/" -print_final_stats=1 "$work" "$root/fuzz/corpus/$t" >"$build/$t.log" 2>&1
+    r=$?
+  else
+    r=1; echo "not built" >"$build/$t.log"
+  fi
+  took=$(($(date +%s) - start))
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$build/$t.log" | grep -o '[0-9]*$' || true)
+  if [ $r -eq 0 ]; then
+    printf 'fuzz %-10s ok      %4d s, %s runs\n' "$t" "$took" "${runs:-?}"
+    cases+="<testcase classname=\"fuzz\" name=\"$t\" time=\"$took\"/>"
+  else
+    rc=1
+    printf 'fuzz %-10s FAILED  %4d s (rc %d): inputs in %s, log %s\n' "$t" "$took" "$r" "$art" "$build/$t.log"
+    grep -E 'ERROR|runtime error|Broken|terminate|SUMMARY|Test unit written' "$build/$t.log" | head -8
+    cases+="<testcase classname=\"fuzz\" name=\"$t\" time=\"$took\"><failure message=\"rc $r: see $build/$t.log\"/></testcase>"
+  fi
+done
+if [ -n "$junit" ]; then
+  mkdir -p "$(dirname "$junit")"
+  echo "<?xml version=\"1.0\"?><testsuite name=\"fuzz\">$cases</testsuite>" >"$junit"
+fi
+exit $rc
