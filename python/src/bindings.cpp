@@ -311,7 +311,8 @@ String table_info() {
                         {"entries", r->table().entries.size()},
                         {"load_error", r->load_error()},
                         {"stamp", r->table().stamp}};
-    return String(j.dump());
+    // A path or message that is not UTF-8 is shown with replacement characters, never an error.
+    return String(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   });
 }
 
