@@ -88,6 +88,9 @@ int config_m_tile(std::string_view backend, std::string_view config);
 
 // The rule every fast backend shares (a, b and out 16-byte aligned, GemmProblem::align): "" or why not.
 std::string common_fast_path_reason(const GemmProblem& p);
+// The kernels are built for sm_90a: "" when the current device is an SM90 GPU, else why not (no
+// GPU, or another architecture).
+std::string sm90_device_reason();
 // Every backend but cuBLASLt reads block scale_b unpadded: "" or why not (GemmProblem::sb_padded).
 std::string unpadded_scale_b_reason(const GemmProblem& p);
 

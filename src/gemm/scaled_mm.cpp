@@ -11,6 +11,7 @@
 #include "core/checks.h"
 #include "core/cuda_check.h"
 #include "core/workspace.h"
+#include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
@@ -322,6 +323,15 @@ int config_m_tile(std::string_view backend, std::string_view config) {
         if (cs[i] == config) return b->m_tile(static_cast<int>(i));
     }
   return 0;
+}
+
+std::string sm90_device_reason() {
+  if (cuda_device_count() == 0) return cuda_unavailable_reason();
+  const DeviceInfo& dev = device_info();
+  if (!dev.is_sm90())
+    return "needs an SM90 GPU (kernels built for sm_90a), device " + std::to_string(dev.index) + " is sm_" +
+           std::to_string(dev.sm_version());
+  return "";
 }
 
 std::string unpadded_scale_b_reason(const GemmProblem& p) {

@@ -100,12 +100,7 @@ class CutlassSm90Backend final : public GemmBackend {
     packed.ldo = p.n;
     if (!kernel(config, p.out).can_implement(kernel_args(p, packed, nullptr)))
       return "CUTLASS can_implement rejects this shape";
-    if (cuda_device_count() == 0) return cuda_unavailable_reason();
-    const DeviceInfo& dev = device_info();
-    if (!dev.is_sm90())
-      return "needs an SM90 GPU (kernels built for sm_90a), device " + std::to_string(dev.index) + " is sm_" +
-             std::to_string(dev.sm_version());
-    return "";
+    return sm90_device_reason();
 #else
     return "this build has no CUTLASS headers (scripts/setup.sh installs them)";
 #endif

@@ -231,12 +231,7 @@ class DecodeBackend final : public GemmBackend {
         return "block scales: K=" + std::to_string(p.k) + " at M=" + std::to_string(p.m) +
                " needs more than 8 K splits for the scale slices to fit shared memory";
     }
-    if (cuda_device_count() == 0) return cuda_unavailable_reason();
-    const DeviceInfo& dev = device_info();
-    if (!dev.is_sm90())
-      return "needs an SM90 GPU (kernels built for sm_90a), device " + std::to_string(dev.index) + " is sm_" +
-             std::to_string(dev.sm_version());
-    return "";
+    return sm90_device_reason();
   }
 
   void run(const GemmProblem& p, const GemmOperands& ops, int config, cudaStream_t stream) const override {

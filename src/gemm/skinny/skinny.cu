@@ -178,12 +178,7 @@ class SkinnyBackend final : public GemmBackend {
     if ((p.k + kernels::kSkinnyKBlock - 1) / kernels::kSkinnyKBlock > kMaxKBlocks)
       return "K must be <= 65535 * 128 (K splits go in gridDim.y), got K=" + std::to_string(p.k);
     if (p.out != DType::bf16 && p.out != DType::f16) return "out must be bf16 or f16";
-    if (cuda_device_count() == 0) return cuda_unavailable_reason();
-    const DeviceInfo& dev = device_info();
-    if (!dev.is_sm90())
-      return "needs an SM90 GPU (kernels built for sm_90a), device " + std::to_string(dev.index) + " is sm_" +
-             std::to_string(dev.sm_version());
-    return "";
+    return sm90_device_reason();
   }
 
   void run(const GemmProblem& p, const GemmOperands& ops, int config, cudaStream_t stream) const override {
