@@ -735,6 +735,30 @@ TEST(Route, ExplainShowsSourceAndSkips) {
   EXPECT_NE(near_text.find(want, at), std::string::npos) << near_text;
 }
 
+// The probe times what each backend asks for besides the table's guesses: every cuBLASLt rank and
+// skinny config, and the decode configs of the smallest token tile that covers M (here with a
+// supports() that allows everything, so only the backends' own lists decide).
+TEST(Route, ProbeCandidatesIncludeEachBackendsProbeConfigs) {
+  const Router router(build_routing_table(h200_records(), h200_stamp()),
+                      [](std::string_view, std::string_view, const GemmProblem&) { return std::string(); });
+  for (int64_t m : {1, 8, 9, 16, 17, 40, 64}) {
+    const GemmProblem p = make_problem(m, 4096, 4096, ScaleKind::row);
+    const auto probed = router.probe_candidates(p, 0);
+    std::set<std::string> got;
+    for (const auto& [b, c] : probed) got.insert(b + "/" + c);
+    for (const char* b : {"cublaslt", "skinny"})
+      for (const std::string& c : gemm_configs(b)) EXPECT_TRUE(got.count(std::string(b) + "/" + c)) << b << "/" << c;
+    const int64_t tile = m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 32 : 64;
+    size_t decode = 0;
+    for (const std::string& c : gemm_configs("decode")) {
+      const bool want = c.rfind("m" + std::to_string(tile) + "_", 0) == 0;
+      EXPECT_EQ(got.count("decode/" + c), want ? 1u : 0u) << "m=" << m << " decode/" << c;
+      decode += want;
+    }
+    EXPECT_EQ(decode, 2u) << "m=" << m;
+  }
+}
+
 // ---- alignment: scales and bias at any element offset, a, b and out at 16 bytes ------------------
 
 // Fake, never dereferenced device addresses (check_scaled_mm and routing touch no device memory),

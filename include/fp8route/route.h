@@ -142,9 +142,10 @@ class Router {
   // select() walks (empty when the table has no entry of p's scale kind).
   std::vector<std::pair<std::string, std::string>> candidates(const GemmProblem& p) const;
   // What a load-time probe of p times on this GPU (LinearPlan::probe): the first `top` candidates()
-  // that supports() allows, then every cuBLASLt config it allows (cuBLASLt ranks its algorithms for
-  // p itself, so its "heuristicN" wins do not carry over from other shapes but can be timed on p),
-  // then gemm_select()'s choice; no duplicates, in that order.
+  // that supports() allows, then each backend's probe configs for p that it allows (every cuBLASLt
+  // rank: cuBLASLt ranks its algorithms for p itself, so its "heuristicN" wins do not carry over
+  // from other shapes; every skinny config; decode's smallest covering token tile), then
+  // gemm_select()'s choice; no duplicates, in that order.
   std::vector<std::pair<std::string, std::string>> probe_candidates(const GemmProblem& p, size_t top) const;
   // The problem, the table's stamp against this machine, the source, the choice, the ranked
   // measured candidates at the nearest measured M and why any candidate was skipped.
@@ -176,7 +177,7 @@ class Router {
 
 // A load-time probe: a shape routed from measurements made on this GPU instead of from another
 // chip's table alone. At each M of m_grid, Router::probe_candidates (the table's `top` best guesses,
-// every cuBLASLt and skinny config, gemm_select()'s choice) are timed side by side with the one
+// the configs each backend asks to have timed, gemm_select()'s choice) are timed side by side with the one
 // benchmark method (graph replay, cold L2, interleaved; src/bench/measure.h).
 // - CPU, on the recorded H200 measurements, each model held out of the table in turn: routing by the
 //   fastest probe candidate loses 0.01-0.03% geometric mean, at most 10% on any point (top = 5; by

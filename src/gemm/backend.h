@@ -53,6 +53,15 @@ class GemmBackend {
                         cudaStream_t stream) const {
     run(p, ops, config, stream);
   }
+  // The configs a load-time probe times for p besides the table's guesses (Router::probe_candidates):
+  // those whose speed on p a neighbouring shape's measurement does not tell. None by default.
+  virtual std::vector<int> probe_configs(const GemmProblem& /*p*/) const { return {}; }
+  // Every config: for backends whose configs are few or ranked per shape.
+  std::vector<int> all_configs() const {
+    std::vector<int> v(configs().size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int>(i);
+    return v;
+  }
   // Rows of a (tokens, M) one tile of the config covers, when its time steps with ceil(M / tile)
   // (a CUTLASS tile: tile_m, or tile_n for swap-AB); 0 when it does not say.
   virtual int m_tile(int /*config*/) const { return 0; }

@@ -364,8 +364,8 @@ std::vector<std::pair<std::string, std::string>> Router::probe_candidates(const 
     if (taken == top) break;
     taken += add(backend, config);
   }
-  for (const char* backend : {"cublaslt", "skinny"})
-    for (const std::string& config : gemm_configs(backend)) add(backend, config);
+  for (const gemm::GemmBackend* b : gemm::all_backends())
+    for (int config : b->probe_configs(p)) add(std::string(b->name()), b->configs()[config]);
   const GemmChoice c = gemm_select(p);
   add(c.backend, c.config);
   return out;

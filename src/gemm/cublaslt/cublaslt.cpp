@@ -274,6 +274,9 @@ class CublasLtBackend final : public GemmBackend {
     return c;
   }
 
+  // cuBLASLt ranks its algorithms per shape, so a neighbour's heuristicN win says nothing here.
+  std::vector<int> probe_configs(const GemmProblem& /*p*/) const override { return all_configs(); }
+
   // Static rules, then (with a GPU) whether cuBLASLt's heuristic has a config-th algorithm.
   std::string supports(const GemmProblem& p, int config) const override {
     if (std::string why = common_fast_path_reason(p); !why.empty()) return why;

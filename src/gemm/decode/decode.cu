@@ -211,6 +211,18 @@ class DecodeBackend final : public GemmBackend {
     return names;
   }
 
+  // The configs of the smallest token tile that covers M (both row counts): a larger tile does the
+  // same streaming with more idle MMA columns.
+  std::vector<int> probe_configs(const GemmProblem& p) const override {
+    int tile = 0;
+    for (const DecodeConfig& c : kConfigs)
+      if (8 * c.token_tiles >= p.m && (tile == 0 || 8 * c.token_tiles < tile)) tile = 8 * c.token_tiles;
+    std::vector<int> v;
+    for (int i = 0; i < kNumConfigs; ++i)
+      if (tile != 0 && 8 * kConfigs[i].token_tiles == tile) v.push_back(i);
+    return v;
+  }
+
   int m_tile(int config) const override { return 8 * kConfigs[config].token_tiles; }
 
   std::string supports(const GemmProblem& p, int config) const override {

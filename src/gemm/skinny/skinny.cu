@@ -164,6 +164,8 @@ class SkinnyBackend final : public GemmBackend {
     return names;
   }
 
+  std::vector<int> probe_configs(const GemmProblem& /*p*/) const override { return all_configs(); }
+
   std::string supports(const GemmProblem& p, int config) const override {
     const SkinnyConfig& c = kConfigs[config];
     if (p.m > 8 * c.token_tiles)
