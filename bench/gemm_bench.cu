@@ -28,6 +28,7 @@
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
+#include "fp8route/route.h"
 
 using namespace fp8route;
 
@@ -67,16 +68,23 @@ std::vector<int64_t> int_list(const std::string& s, const char* option, int64_t 
 
 int main(int argc, char** argv) {
   CLI::App app{"fp8route GEMM benchmark: every backend and config side by side on models.json shapes"};
-  std::string models, tps = "1", ms, scales = "tensor,row,block", backends = "cublaslt,cutlass_sm90,skinny";
+  std::string models, tps = "1", ms, scales = "tensor,row,block", backends = "cublaslt,cutlass_sm90,skinny,decode";
   std::string out_name = "bf16", json_path, catalog = bench::default_catalog_path(), shapes;
   bool bias = false, with_floor = false;
   int reps = 20;
+  int64_t scale_offset = 0;
   app.add_option("--model", models, "comma-separated model names (default: all in the catalog)");
   app.add_option("--tp", tps, "tensor-parallel degrees, comma-separated")->capture_default_str();
   app.add_option("--m", ms, "M values, comma-separated (default: the catalog's m_grid)");
   app.add_option("--shapes", shapes, "explicit N:K pairs instead of models, e.g. 4096:14336,2112:7168");
   app.add_option("--scale", scales, "scale kinds")->capture_default_str();
-  app.add_option("--backend", backends, "backends to time (reference is slow; add it by name)")->capture_default_str();
+  app.add_option("--backend", backends,
+                 "backends to time (reference is slow; add it by name; 'routed' times the routed scaled_mm)")
+      ->capture_default_str();
+  app.add_option("--scale-offset", scale_offset,
+                 "scale_a, scale_b and bias start this many elements into their buffers (a slice of a larger tensor)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   app.add_option("--out", out_name, "output dtype bf16 or f16")->capture_default_str();
   app.add_flag("--bias", bias, "add a bias vector");
   app.add_flag("--floor", with_floor, "also time a kernel that only reads the weight (backend floor, config read)");
@@ -138,14 +146,22 @@ int main(int argc, char** argv) {
         for (const std::string& sk : bench::parse_names(scales)) {
           const GemmProblem p = make_problem(m, l.n, l.k, parse_scale_kind(sk), out, bias);
           const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), opt);
-          const bench::GemmOperandSets o = bench::make_gemm_operands(p, sets, 0x5EEDull * (done + 1));
+          const bench::GemmOperandSets o = bench::make_gemm_operands(p, sets, 0x5EEDull * (done + 1), false, scale_offset);
           std::map<std::string, Row> best;  // per backend
           for (const std::string& b : bench::parse_names(backends)) {
-            for (const std::string& c : gemm_configs(b)) {
-              if (!gemm_supports(b, c, p).empty()) continue;
-              Row r{l.model, l.layer, l.tp, p, b, c, {}};
+            // "routed": the routed entry point, its row's config naming the route it took.
+            const bool routed = b == "routed";
+            std::vector<std::string> cs = routed ? std::vector<std::string>{""} : gemm_configs(b);
+            for (const std::string& c : cs) {
+              if (!routed && !gemm_supports(b, c, p).empty()) continue;
+              std::string label = c;
+              if (routed) {
+                const Route rt = default_router()->select(check_scaled_mm(o.args[0]));
+                label = rt.backend + "/" + rt.config;
+              }
+              Row r{l.model, l.layer, l.tp, p, b, label, {}};
               try {
-                r.m = bench::measure_gemm(o, b, c, opt);
+                r.m = bench::measure_gemm(o, routed ? "" : b, c, opt);
               } catch (const Error& e) {
                 std::printf("  %s/%s failed on %s: %s\n", b.c_str(), c.c_str(), to_string(p).c_str(), e.what());
                 continue;

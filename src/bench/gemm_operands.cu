@@ -39,23 +39,29 @@ __global__ void read_floor_kernel(const uint4* p, int64_t n16, unsigned* sink) {
 
 int64_t gemm_call_bytes(const GemmProblem& p) { return p.m * p.k + p.n * p.k + p.m * p.n * 2; }
 
-GemmOperandSets make_gemm_operands(const GemmProblem& p, int sets, uint64_t seed, bool exact) {
+GemmOperandSets make_gemm_operands(const GemmProblem& p, int sets, uint64_t seed, bool exact, int64_t scale_offset) {
+  FP8ROUTE_CHECK(scale_offset >= 0 && scale_offset <= 1024, "scale_offset: expected 0..1024, got " << scale_offset);
   GemmOperandSets o;
   const int64_t kb = (p.k + 127) / 128, ma = (p.m + 3) / 4 * 4, nb128 = (p.n + 127) / 128;
   const int64_t sb_ld = p.sb_padded ? (kb + 3) / 4 * 4 : kb;
   int64_t na = 1, nb = 1;
   if (p.scale == ScaleKind::row) na = p.sa_vector ? p.m : 1, nb = p.sb_vector ? p.n : 1;
   if (p.scale == ScaleKind::block) na = kb * ma, nb = nb128 * sb_ld;
-  o.sa = DeviceBuffer(na * 4);
-  o.sb = DeviceBuffer(nb * 4);
-  fill_scales<<<kFillGrid, kFillBlock>>>(o.sa.as<float>(), na, seed ^ 3, exact);
-  fill_scales<<<kFillGrid, kFillBlock>>>(o.sb.as<float>(), nb, seed ^ 4, exact);
+  const int64_t off = scale_offset;
+  o.sa = DeviceBuffer((na + off) * 4);
+  o.sb = DeviceBuffer((nb + off) * 4);
+  fill_scales<<<kFillGrid, kFillBlock>>>(o.sa.as<float>(), na + off, seed ^ 3, exact);
+  fill_scales<<<kFillGrid, kFillBlock>>>(o.sb.as<float>(), nb + off, seed ^ 4, exact);
+  float* sa = o.sa.as<float>() + off;
+  float* sb = o.sb.as<float>() + off;
+  void* bias = nullptr;
   if (p.bias) {
-    o.bias = DeviceBuffer(p.n * 2);
+    o.bias = DeviceBuffer((p.n + off) * 2);
     if (p.out == DType::bf16)
-      fill_bias<<<kFillGrid, kFillBlock>>>(o.bias.as<__nv_bfloat16>(), p.n, seed ^ 5, exact);
+      fill_bias<<<kFillGrid, kFillBlock>>>(o.bias.as<__nv_bfloat16>(), p.n + off, seed ^ 5, exact);
     else
-      fill_bias<<<kFillGrid, kFillBlock>>>(o.bias.as<__half>(), p.n, seed ^ 5, exact);
+      fill_bias<<<kFillGrid, kFillBlock>>>(o.bias.as<__half>(), p.n + off, seed ^ 5, exact);
+    bias = static_cast<uint8_t*>(o.bias.data()) + 2 * off;
   }
   for (int s = 0; s < sets; ++s) {
     o.a.emplace_back(std::max<int64_t>(p.m * p.k, 1));
@@ -70,13 +76,13 @@ GemmOperandSets make_gemm_operands(const GemmProblem& p, int sets, uint64_t seed
     x.b = TensorView::contiguous(o.b.back().data(), DType::e4m3, {p.n, p.k});
     x.out = TensorView::contiguous(o.out.back().data(), p.out, {p.m, p.n});
     if (p.scale == ScaleKind::block) {
-      x.scale_a = TensorView::contiguous(o.sa.data(), DType::f32, {kb, ma});
-      x.scale_b = TensorView::strided(o.sb.data(), DType::f32, {nb128, kb}, {sb_ld, 1});
+      x.scale_a = TensorView::contiguous(sa, DType::f32, {kb, ma});
+      x.scale_b = TensorView::strided(sb, DType::f32, {nb128, kb}, {sb_ld, 1});
     } else {
-      x.scale_a = TensorView::contiguous(o.sa.data(), DType::f32, {na});
-      x.scale_b = TensorView::contiguous(o.sb.data(), DType::f32, {nb});
+      x.scale_a = TensorView::contiguous(sa, DType::f32, {na});
+      x.scale_b = TensorView::contiguous(sb, DType::f32, {nb});
     }
-    if (p.bias) x.bias = TensorView::contiguous(o.bias.data(), p.out, {p.n});
+    if (p.bias) x.bias = TensorView::contiguous(bias, p.out, {p.n});
     o.args.push_back(x);
   }
   FP8ROUTE_CHECK_LAUNCH();

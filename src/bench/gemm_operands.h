@@ -23,7 +23,10 @@ struct GemmOperandSets {
 };
 
 // exact: small integers and power-of-two scales, so that every backend's result is exact.
-GemmOperandSets make_gemm_operands(const GemmProblem& p, int sets, uint64_t seed, bool exact = false);
+// scale_offset: scale_a, scale_b and bias start that many elements into their buffers (a slice of a
+// larger tensor, only element-aligned when the offset is not a multiple of 16 bytes).
+GemmOperandSets make_gemm_operands(const GemmProblem& p, int sets, uint64_t seed, bool exact = false,
+                                   int64_t scale_offset = 0);
 
 // Bytes one call reads and writes (a, b, out), for rotation_sets().
 int64_t gemm_call_bytes(const GemmProblem& p);
