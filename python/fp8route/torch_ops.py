@@ -2,8 +2,8 @@
 
 torch.ops.fp8route.scaled_mm, .per_token_group_quant, .per_token_quant and .linear are custom ops with
 fake (meta) implementations, so torch.compile traces them without running them and CUDA graphs
-capture them like any op (a first call under capture allocates its per-stream workspace in relaxed
-capture mode, as PyTorch's allocator does)."""
+capture them like any op (a call under capture gets scratch owned by the graph being captured,
+allocated in relaxed capture mode as PyTorch's allocator does)."""
 from typing import Optional, Tuple
 
 import torch
