@@ -44,25 +44,6 @@ struct Row {
 
 constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;  // M, N, K of a GEMM (gemm.h)
 
-// `option`'s comma-separated integers, each in [lo, hi] at full width (a TP degree of 2^32 would
-// otherwise narrow to 0 and divide by it).
-std::vector<int64_t> int_list(const std::string& s, const char* option, int64_t lo, int64_t hi) {
-  std::vector<int64_t> v;
-  for (const std::string& tok : bench::parse_names(s)) {
-    size_t used = 0;
-    int64_t x = 0;
-    try {
-      x = std::stoll(tok, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    FP8ROUTE_CHECK(used == tok.size() && x >= lo && x <= hi,
-                   option << ": expected comma-separated integers in [" << lo << ", " << hi << "], got '" << tok << "'");
-    v.push_back(x);
-  }
-  FP8ROUTE_CHECK(!v.empty(), option << ": expected at least one value, got '" << s << "'");
-  return v;
-}
 
 }  // namespace
 
@@ -101,14 +82,14 @@ int main(int argc, char** argv) {
 
   try {
     // Every option is checked before the GPU is looked for.
-    const std::vector<int64_t> tp_list = int_list(tps, "--tp", 1, 1024);
-    const std::vector<int64_t> m_list = ms.empty() ? std::vector<int64_t>{} : int_list(ms, "--m", 1, kMaxDim);
+    const std::vector<int64_t> tp_list = bench::parse_int_list(tps, "--tp", 1, 1024);
+    const std::vector<int64_t> m_list = ms.empty() ? std::vector<int64_t>{} : bench::parse_int_list(ms, "--m", 1, kMaxDim);
     std::vector<std::pair<int64_t, int64_t>> nk_list;
     for (const std::string& nk : bench::parse_names(shapes)) {
       const auto colon = nk.find(':');
       FP8ROUTE_CHECK(colon != std::string::npos, "--shapes: expected N:K, got '" << nk << "'");
-      nk_list.emplace_back(int_list(nk.substr(0, colon), "--shapes (N)", 1, kMaxDim).at(0),
-                           int_list(nk.substr(colon + 1), "--shapes (K)", 1, kMaxDim).at(0));
+      nk_list.emplace_back(bench::parse_int_list(nk.substr(0, colon), "--shapes (N)", 1, kMaxDim).at(0),
+                           bench::parse_int_list(nk.substr(colon + 1), "--shapes (K)", 1, kMaxDim).at(0));
     }
     if (cuda_device_count() == 0) {
       std::fprintf(stderr, "gemm_bench: no GPU (%s)\n", cuda_unavailable_reason().c_str());

@@ -66,19 +66,8 @@ CLI::Validator int_list(int64_t lo, int64_t hi) {
   const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   return CLI::Validator(
       [lo, hi, range](std::string& s) -> std::string {
-        const std::vector<std::string> toks = parse_names(s);
-        for (const std::string& tok : toks) {
-          size_t used = 0;
-          long long v = 0;
-          try {
-            v = std::stoll(tok, &used);
-          } catch (const std::exception&) {
-            used = 0;
-          }
-          if (used != tok.size() || v < lo || v > hi)
-            return "expected comma-separated integers in " + range + ", got '" + tok + "'";
-        }
-        return toks.empty() ? "expected at least one integer in " + range : "";
+        const std::string why = bench::int_list_error(s, lo, hi);
+        return why.empty() && parse_names(s).empty() ? "expected at least one integer in " + range : why;
       },
       "INT[,INT...] in " + range);
 }

@@ -5,9 +5,9 @@
 
 #include <cstdio>
 #include <exception>
-#include <sstream>
 #include <string>
 
+#include "bench/args.h"
 #include "commands.h"
 #include "fp8route/error.h"
 #include "fp8route/version.h"
@@ -21,21 +21,8 @@ using fp8route::cli::kMaxTp;
 
 // A comma-separated list of integers in [lo, hi], checked when parsed (each value at full width).
 CLI::Validator int_list(int64_t lo, int64_t hi) {
-  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  return CLI::Validator(
-      [lo, hi, range](std::string& s) -> std::string {
-        std::stringstream items(s);
-        for (std::string item; std::getline(items, item, ',');) {
-          if (item.empty()) continue;  // as the option's parser reads it
-          try {
-            fp8route::cli::parse_int_list(item, "", lo, hi);
-          } catch (const fp8route::Error&) {
-            return "expected comma-separated integers in " + range + ", got '" + item + "'";
-          }
-        }
-        return "";
-      },
-      "INT[,INT...] in " + range);
+  return CLI::Validator([lo, hi](std::string& s) { return fp8route::bench::int_list_error(s, lo, hi); },
+                        "INT[,INT...] in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 void add_shape_options(CLI::App* cmd, fp8route::cli::ShapeOptions& s, const char* default_model) {

@@ -12,25 +12,6 @@
 
 namespace fp8route::cli {
 
-std::vector<int64_t> parse_int_list(const std::string& s, const char* option, int64_t min, int64_t max) {
-  std::vector<int64_t> out;
-  for (const std::string& tok : bench::parse_names(s)) {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(tok, &used);
-    } catch (const std::exception&) {  // not an integer, or beyond 64 bits
-      used = 0;
-    }
-    FP8ROUTE_CHECK(used == tok.size() && v >= min && v <= max,
-                   option << ": expected comma-separated integers in [" << min << ", " << max << "], got '" << tok
-                          << "'");
-    out.push_back(v);
-  }
-  FP8ROUTE_CHECK(!out.empty(), option << ": expected at least one value, got '" << s << "'");
-  return out;
-}
-
 Workload select_workload(const ShapeOptions& opt, const std::string& default_model, bool dedupe) {
   Workload w;
   const std::string catalog_path = opt.catalog.empty() ? bench::default_catalog_path() : opt.catalog;
@@ -53,7 +34,7 @@ Workload select_workload(const ShapeOptions& opt, const std::string& default_mod
       FP8ROUTE_CHECK(known, "--model: no model '" << name << "' in " << catalog_path << " (it has " << names
                                                   << ", or 'all')");
     }
-    for (int64_t tp : parse_int_list(opt.tp, "--tp", 1, kMaxTp))
+    for (int64_t tp : bench::parse_int_list(opt.tp, "--tp", 1, kMaxTp))
       for (const bench::LayerShape& l : bench::at_tp(cat.layers, static_cast<int>(tp)))
         if (want.empty() || std::find(want.begin(), want.end(), l.model) != want.end()) all.push_back(l);
     w.what = (model == "all" ? std::string("all models") : model) + " tp " + opt.tp;
@@ -63,7 +44,7 @@ Workload select_workload(const ShapeOptions& opt, const std::string& default_mod
   for (const bench::LayerShape& l : all)
     if (!dedupe || seen.insert({l.n, l.k}).second) w.layers.push_back(l);
   w.m_grid = opt.m.empty() ? (catalog_m.empty() ? bench::load_catalog(catalog_path).m_grid : catalog_m)
-                           : parse_int_list(opt.m, "--m", 1, kMaxM);
+                           : bench::parse_int_list(opt.m, "--m", 1, kMaxM);
   for (const std::string& s : bench::parse_names(opt.scale)) w.scales.push_back(parse_scale_kind(s));
   FP8ROUTE_CHECK(!w.scales.empty(), "--scale: expected tensor, row or block, got '" << opt.scale << "'");
   w.out = parse_dtype(opt.out, "--out");

@@ -41,8 +41,5 @@ inline constexpr int64_t kMaxTp = 1024;
 inline constexpr int64_t kMaxM = (int64_t{1} << 31) - 1;  // M, N, K: the GEMM's limit (gemm.h)
 inline constexpr int64_t kMaxReps = 100000;
 
-// "1,16,4096" -> {1, 16, 4096}; each value must be an integer in [min, max].
-std::vector<int64_t> parse_int_list(const std::string& s, const char* option, int64_t min = 1,
-                                    int64_t max = INT64_MAX);
 
 }  // namespace fp8route::cli
