@@ -19,6 +19,7 @@
 #include "fp8route/error.h"
 #include "fp8route/route.h"
 #include "route/data_files.h"
+#include "route/record_reader.h"
 
 namespace fp8route {
 
@@ -32,26 +33,6 @@ using json_reader::member;
 
 constexpr const char* kFormat = "fp8route-routing-table";
 constexpr int kFormatVersion = 1;
-
-// Field access with the JSON path in every error: "entries[3].breakpoints[1][0] (max_m): expected ...".
-struct Reader : json_reader::Reader {
-  explicit Reader(const std::string& source) : json_reader::Reader(source), known(gemm_backends()) {}
-
-  std::string backend(const Json& v, const std::string& where) const {
-    std::string b = str(v, where);
-    if (std::find(known.begin(), known.end(), b) == known.end())
-      fail(where, "unknown backend '" + json_reader::printable(b, 60) + "'");
-    return b;
-  }
-  // What scaled_mm writes.
-  DType out(const Json& v, const std::string& where) const {
-    const std::string s = str(v, where);
-    if (s != "bf16" && s != "f16") fail(where, "expected bf16 or f16, got " + json_reader::describe(v));
-    return parse_dtype(s);
-  }
-
-  const std::vector<std::string> known;  // gemm_backends()
-};
 
 }  // namespace
 
@@ -86,7 +67,9 @@ RoutingTable build_routing_table(const std::vector<MeasurementRecord>& records, 
 RoutingTable load_routing_table(const std::string& path) {
   if (path.empty()) FP8ROUTE_FAIL(ErrorCategory::io_error, "routing table: " << data_file_not_found("routes/h200.json")
                                                           << "; FP8ROUTE_TABLE names one");
-  const Reader rd("routing table " + path);
+  // Field access with the JSON path in every error: "entries[3].breakpoints[1][0] (max_m): expected ...".
+  const std::vector<std::string> known = gemm_backends();
+  const RecordReader rd("routing table " + path, known);
   std::ifstream in(path, std::ios::binary);
   if (!in) rd.fail("file", "cannot open");
   std::stringstream buf;
@@ -100,13 +83,7 @@ RoutingTable load_routing_table(const std::string& path) {
   rd.integer(rd.field(j, "version", ""), "version", kFormatVersion, kFormatVersion);
 
   RoutingTable t;
-  const Json& s = rd.field(j, "stamp", "");
-  t.stamp.gpu = rd.str(rd.field(s, "gpu", "stamp"), "stamp.gpu");
-  t.stamp.sm_count = static_cast<int>(rd.integer(rd.field(s, "sm_count", "stamp"), "stamp.sm_count", 1, INT32_MAX));
-  t.stamp.cuda = rd.str(rd.field(s, "cuda", "stamp"), "stamp.cuda");
-  t.stamp.cublaslt = rd.str(rd.field(s, "cublaslt", "stamp"), "stamp.cublaslt");
-  t.stamp.fp8route = rd.str(rd.field(s, "fp8route", "stamp"), "stamp.fp8route");
-  t.stamp.date = rd.str(rd.field(s, "date", "stamp"), "stamp.date");
+  t.stamp = rd.stamp(rd.field(j, "stamp", ""));
 
   const Json& entries = rd.array(rd.field(j, "entries", ""), "entries");
   std::map<Key, size_t> seen;

@@ -11,6 +11,7 @@
 #include "core/json_reader.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
+#include "route/record_reader.h"
 
 namespace fp8route {
 
@@ -25,16 +26,9 @@ constexpr double kMaxUs = 1e12;
 
 // One line's fields, checked as load_routing_table checks a table's: a record that would load into
 // a table wrong fails here, naming the line and the field.
-struct LineReader : json_reader::Reader {
-  LineReader(const std::string& source, const std::vector<std::string>& known)
-      : json_reader::Reader(source), known(known) {}
+struct LineReader : RecordReader {
+  using RecordReader::RecordReader;
 
-  std::string backend(const Json& v, const std::string& where) const {
-    std::string b = str(v, where);
-    if (std::find(known.begin(), known.end(), b) == known.end())
-      fail(where, "unknown backend '" + json_reader::printable(b, 60) + "'");
-    return b;
-  }
   // Bounded so that settle_final_round's "pct% behind" stays finite: a time of inf would make the
   // table that tune --build-only writes unreadable.
   double us(const Json& v, const std::string& where) const {
@@ -44,24 +38,11 @@ struct LineReader : json_reader::Reader {
   }
   TuneRawFile::Problem problem(const Json& j) const {
     const std::string scale = str(field(j, "scale", ""), "scale");
-    const Json& out_field = field(j, "out", "");
-    const std::string out = str(out_field, "out");
-    if (out != "bf16" && out != "f16") fail("out", "expected bf16 or f16, got " + json_reader::describe(out_field));
-    return {parsed([&] { return parse_scale_kind(scale); }, "scale"), parse_dtype(out),
+    const DType o = out(field(j, "out", ""), "out");
+    return {parsed([&] { return parse_scale_kind(scale); }, "scale"), o,
             integer(field(j, "n", ""), "n", 1, kMaxDim), integer(field(j, "k", ""), "k", 1, kMaxDim),
             integer(field(j, "m", ""), "m", 1, kMaxDim)};
   }
-  TableStamp stamp(const Json& s) const {
-    object(s, "stamp");
-    return {str(field(s, "gpu", "stamp"), "stamp.gpu"),
-            static_cast<int>(integer(field(s, "sm_count", "stamp"), "stamp.sm_count", 1, INT32_MAX)),
-            str(field(s, "cuda", "stamp"), "stamp.cuda"),
-            str(field(s, "cublaslt", "stamp"), "stamp.cublaslt"),
-            str(field(s, "fp8route", "stamp"), "stamp.fp8route"),
-            str(field(s, "date", "stamp"), "stamp.date")};
-  }
-
-  const std::vector<std::string>& known;  // gemm_backends()
 };
 
 }  // namespace
