@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "core/checks.h"
-#include "core/cluster_launch.h"
+#include "core/launch.h"
 #include "core/cuda_check.h"
 #include "core/workspace.h"
 #include "fp8route/device.h"
@@ -556,8 +556,10 @@ void tensor_dynamic_cluster(const RowQuantParams& p, int64_t vecs, cudaStream_t 
                                            (vecs + kernels::kClusterThreads - 1) / kernels::kClusterThreads);
   const int per_thread =
       static_cast<int>((vecs + blocks * kernels::kClusterThreads - 1) / (blocks * kernels::kClusterThreads));
-  launch_cluster(kernels::tensor_quant_cluster_kernel<InT>, dim3(static_cast<unsigned>(blocks)),
-                 dim3(kernels::kClusterThreads), dim3(static_cast<unsigned>(blocks)), 0, stream, p, per_thread);
+  launch_kernel(kernels::tensor_quant_cluster_kernel<InT>,
+                LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kernels::kClusterThreads), 0,
+                            dim3(static_cast<unsigned>(blocks))},
+                stream, p, per_thread);
 }
 
 // Two launches, the amax (its last block also writes the scale) and the codes, sharing a workspace

@@ -86,18 +86,6 @@ const std::array<KernelInfo, kNumConfigs>& kernels_table() {
   return t;
 }
 
-// Above 48 KB of dynamic shared memory needs an opt-in, once per kernel and device.
-void allow_smem(Kernel kernel, int smem, int device) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, bool> done;
-  std::lock_guard<std::mutex> lock(mu);
-  if (done.emplace(std::pair{reinterpret_cast<const void*>(kernel), device}, true).second) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) done.erase({reinterpret_cast<const void*>(kernel), device});
-    FP8ROUTE_CUDA_CHECK(e);
-  }
-}
-
 // Blocks resident on the whole GPU at once for a config, by cluster size (1..kMaxSplits): a
 // cluster's blocks share a GPC, so with clusters this can be fewer than blocks-per-SM x SMs.
 // Queried once per config and device.
@@ -110,25 +98,13 @@ const Slots& resident_blocks(int config, const DeviceInfo& dev) {
     if (auto it = cache.find({config, dev.index}); it != cache.end()) return it->second;
   }
   const KernelInfo& k = kernels_table()[config];
-  allow_smem(k.kernel[0], k.smem, dev.index);
+  allow_dynamic_smem(reinterpret_cast<const void*>(k.kernel[0]), k.smem, dev.index);
   Slots s{};
   int per_sm = 0;
   FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel[0], dk::kThreads, k.smem));
   s[1] = per_sm * dev.sm_count;
-  for (int c = 2; c <= dk::kMaxSplits; ++c) {
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr{};
-    cfg.gridDim = dim3(1, c);
-    cfg.blockDim = dim3(dk::kThreads);
-    cfg.dynamicSmemBytes = k.smem;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1, attr.val.clusterDim.y = c, attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, k.kernel[0], &cfg));
-    s[c] = clusters * c;
-  }
+  for (int c = 2; c <= dk::kMaxSplits; ++c)
+    s[c] = resident_cluster_blocks(reinterpret_cast<const void*>(k.kernel[0]), dk::kThreads, k.smem, c);
   std::lock_guard<std::mutex> lock(mu);
   return cache.emplace(std::pair{config, dev.index}, s).first->second;
 }
@@ -269,12 +245,12 @@ class DecodeBackend final : public GemmBackend {
     const CUtensorMap wmap = byte_matrix_map(ops.b, p.n, p.k, ops.ldb, k.rows);
     const CUtensorMap amap = byte_matrix_map(ops.a, p.m, p.k, ops.lda, k.max_m);
     const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
-    allow_smem(kernel, k.smem, dev.index);
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), k.smem, dev.index);
     LaunchShape s;
     s.grid = dim3(l.row_blocks, l.splits);
     s.block = dim3(dk::kThreads);
     s.smem = k.smem;
-    s.cluster = dim3(1, l.splits, 1);
+    if (l.splits > 1) s.cluster = dim3(1, l.splits, 1);
     s.pdl = true;
     launch_kernel(kernel, s, stream, wmap, amap, kp);
   }

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/cluster_launch.h"
+#include "core/launch.h"
 #include "core/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -60,16 +60,9 @@ constexpr int kSmemBytes = 96 * 1024;
 constexpr int64_t kMaxKBlocks = 65535;  // splits go in gridDim.y
 constexpr int kMaxClusterSplits = kernels::kSkinnyMaxClusterSplits;
 
-// Above 48 KB of dynamic shared memory needs an opt-in, once per kernel and device.
+// Every skinny kernel is launched with up to the same shared-memory budget.
 void allow_smem(void (*kernel)(kernels::SkinnyParams), int device) {
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;
-  std::lock_guard<std::mutex> lock(mu);
-  if (done.insert({reinterpret_cast<const void*>(kernel), device}).second) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (e != cudaSuccess) done.erase({reinterpret_cast<const void*>(kernel), device});
-    FP8ROUTE_CUDA_CHECK(e);
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemBytes, device);
 }
 
 // Blocks resident on the whole GPU at once, by cluster size (index 1..kMaxClusterSplits): a
@@ -88,12 +81,8 @@ const Slots& resident_blocks(const DeviceInfo& dev) {
   const auto kernel = &kernels::sm90_fp8_gemm_skinny<__nv_bfloat16, kConfigs[0].token_tiles, kConfigs[0].row_tiles,
                                                       kConfigs[0].stages, true>;
   allow_smem(kernel, dev.index);
-  for (int c = 2; c <= kMaxClusterSplits; ++c) {
-    const ClusterLaunch l(dim3(1, c), dim3(kernels::kSkinnyThreads), dim3(1, c, 1), kSmemBytes, nullptr);
-    int clusters = 0;
-    FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &l.config));
-    s[c] = clusters * c;
-  }
+  for (int c = 2; c <= kMaxClusterSplits; ++c)
+    s[c] = resident_cluster_blocks(reinterpret_cast<const void*>(kernel), kernels::kSkinnyThreads, kSmemBytes, c);
   return by_device.emplace(dev.index, s).first->second;
 }
 
@@ -138,7 +127,7 @@ void launch(const kernels::SkinnyParams& k, const Launch& l, int device, cudaStr
   if (l.cluster) {
     const auto kernel = &kernels::sm90_fp8_gemm_skinny<OutT, c.token_tiles, c.row_tiles, c.stages, true>;
     allow_smem(kernel, device);
-    launch_cluster(kernel, grid, block, dim3(1, l.splits, 1), smem, stream, k);
+    launch_kernel(kernel, LaunchShape{grid, block, smem, dim3(1, l.splits, 1)}, stream, k);
   } else {
     const auto kernel = &kernels::sm90_fp8_gemm_skinny<OutT, c.token_tiles, c.row_tiles, c.stages, false>;
     allow_smem(kernel, device);
