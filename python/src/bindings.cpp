@@ -318,29 +318,28 @@ String table_info() {
 
 // LinearPlans live here, by handle; Python's Fp8Linear holds the handle and the tensors the plan
 // reads (weight, scales, bias), and frees the plan when it goes away.
+struct PlanEntry {
+  std::unique_ptr<fp8route::LinearPlan> plan;
+  int device;  // the GPU of the plan's weight
+};
 struct Plans {
   std::mutex mu;
-  std::unordered_map<int64_t, std::unique_ptr<fp8route::LinearPlan>> by_handle;
-  std::unordered_map<int64_t, int> device;  // the GPU of each plan's weight
+  std::unordered_map<int64_t, PlanEntry> by_handle;
   int64_t next = 1;
 };
 Plans& plans() {
   static Plans p;
   return p;
 }
-fp8route::LinearPlan& plan(int64_t h) {
+PlanEntry& entry(int64_t h) {
   Plans& p = plans();
   std::lock_guard<std::mutex> lock(p.mu);
   const auto it = p.by_handle.find(h);
   FP8ROUTE_CHECK(it != p.by_handle.end(), "plan: no LinearPlan with handle " << h << " (freed?)");
-  return *it->second;
+  return it->second;
 }
-int plan_device(int64_t h) {
-  plan(h);  // names an unknown handle
-  Plans& p = plans();
-  std::lock_guard<std::mutex> lock(p.mu);
-  return p.device.at(h);
-}
+fp8route::LinearPlan& plan(int64_t h) { return *entry(h).plan; }
+int plan_device(int64_t h) { return entry(h).device; }
 
 int64_t linear_plan_create(FfiTensor weight, FfiTensor weight_scale, String act, String out, bool has_bias,
                            FfiTensor bias) {
@@ -354,8 +353,7 @@ int64_t linear_plan_create(FfiTensor weight, FfiTensor weight_scale, String act,
     Plans& ps = plans();
     std::lock_guard<std::mutex> lock(ps.mu);
     const int64_t h = ps.next++;
-    ps.by_handle.emplace(h, std::move(p));
-    ps.device.emplace(h, w.device.index);
+    ps.by_handle.emplace(h, PlanEntry{std::move(p), w.device.index});
     return h;
   });
 }
@@ -460,10 +458,9 @@ void linear_plan_free(int64_t h) {
     std::lock_guard<std::mutex> lock(p.mu);
     const auto it = p.by_handle.find(h);
     if (it == p.by_handle.end()) return;
-    gone = std::move(it->second);
-    device = p.device.at(h);
+    gone = std::move(it->second.plan);
+    device = it->second.device;
     p.by_handle.erase(it);
-    p.device.erase(h);
   }
   guarded([&] {
     const DeviceGuard guard(device);  // its buffers are freed on their GPU
