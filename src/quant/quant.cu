@@ -211,8 +211,9 @@ void zero_scale_padding(const QuantLayout& L, const TensorView& s, cudaStream_t 
 
 // Which entry writes each scatter destination row: owner[d] = the largest t * topk + j with
 // src2dst[t, j] = d, so that a row several entries name gets one token's codes and scales, never a
-// mix of two (the kernels of different tokens would otherwise race on it). A per-(device, stream)
-// buffer, reset and filled on `stream` before the quant kernel reads it.
+// mix of two (the kernels of different tokens would otherwise race on it). Scratch of the stream,
+// or of the graph being captured (core/workspace.h), reset and filled on `stream` before the quant
+// kernel reads it.
 const int32_t* scatter_owners(const TensorView& src2dst, int64_t rows, cudaStream_t stream) {
   int dev = 0;
   FP8ROUTE_CUDA_CHECK(cudaGetDevice(&dev));
