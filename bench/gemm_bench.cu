@@ -1,5 +1,5 @@
 // GEMM benchmark: every backend and config that supports a problem, side by side in one run, on
-// the models.json layer shapes and an M grid, with the one method of src/bench/measure.h
+// the models.json layer shapes and an M grid, with the one method of src/timing/measure.h
 // (CUDA-graph replay, operands rotated through >= 3x L2, median of >= 20). Prints a table per
 // problem (best config of each backend, the ratio of the best non-cuBLASLt backend to cuBLASLt)
 // and writes every measurement as a JSON record. --floor adds the weight-read floor: a kernel that
@@ -19,10 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/args.h"
-#include "bench/gemm_operands.h"
-#include "bench/measure.h"
-#include "bench/shapes.h"
+#include "common/args.h"
+#include "timing/gemm_operands.h"
+#include "timing/measure.h"
+#include "common/shapes.h"
 #include "core/cuda_check.h"
 #include "fp8route/buffer.h"
 #include "fp8route/device.h"
@@ -39,7 +39,7 @@ struct Row {
   int tp;
   GemmProblem p;
   std::string backend, config;
-  bench::Measurement m;
+  timing::Measurement m;
 };
 
 constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;  // M, N, K of a GEMM (gemm.h)
@@ -50,7 +50,7 @@ constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;  // M, N, K of a GEMM (gemm.
 int main(int argc, char** argv) {
   CLI::App app{"fp8route GEMM benchmark: every backend and config side by side on models.json shapes"};
   std::string models, tps = "1", ms, scales = "tensor,row,block", backends = "cublaslt,cutlass_sm90,skinny,decode";
-  std::string out_name = "bf16", json_path, catalog = bench::default_catalog_path(), shapes;
+  std::string out_name = "bf16", json_path, catalog = tools::default_catalog_path(), shapes;
   bool bias = false, with_floor = false;
   int reps = 20;
   int64_t scale_offset = 0;
@@ -82,54 +82,54 @@ int main(int argc, char** argv) {
 
   try {
     // Every option is checked before the GPU is looked for.
-    const std::vector<int64_t> tp_list = bench::parse_int_list(tps, "--tp", 1, 1024);
-    const std::vector<int64_t> m_list = ms.empty() ? std::vector<int64_t>{} : bench::parse_int_list(ms, "--m", 1, kMaxDim);
+    const std::vector<int64_t> tp_list = tools::parse_int_list(tps, "--tp", 1, 1024);
+    const std::vector<int64_t> m_list = ms.empty() ? std::vector<int64_t>{} : tools::parse_int_list(ms, "--m", 1, kMaxDim);
     std::vector<std::pair<int64_t, int64_t>> nk_list;
-    for (const std::string& nk : bench::parse_names(shapes)) {
+    for (const std::string& nk : tools::parse_names(shapes)) {
       const auto colon = nk.find(':');
       FP8ROUTE_CHECK(colon != std::string::npos, "--shapes: expected N:K, got '" << nk << "'");
-      nk_list.emplace_back(bench::parse_int_list(nk.substr(0, colon), "--shapes (N)", 1, kMaxDim).at(0),
-                           bench::parse_int_list(nk.substr(colon + 1), "--shapes (K)", 1, kMaxDim).at(0));
+      nk_list.emplace_back(tools::parse_int_list(nk.substr(0, colon), "--shapes (N)", 1, kMaxDim).at(0),
+                           tools::parse_int_list(nk.substr(colon + 1), "--shapes (K)", 1, kMaxDim).at(0));
     }
     if (cuda_device_count() == 0) {
       std::fprintf(stderr, "gemm_bench: no GPU (%s)\n", cuda_unavailable_reason().c_str());
       return 2;
     }
-    const bench::ShapeCatalog cat = bench::load_catalog(catalog);
+    const tools::ShapeCatalog cat = tools::load_catalog(catalog);
     // Layers: one per distinct (n, k), labelled by the first model/layer that has it.
-    std::vector<bench::LayerShape> layers;
+    std::vector<tools::LayerShape> layers;
     std::set<std::pair<int64_t, int64_t>> seen;
     if (!shapes.empty()) {
       for (const auto& [n, k] : nk_list)
         layers.push_back({"custom", std::to_string(n) + ":" + std::to_string(k), "none", 1, n, k});
     } else {
-      const std::vector<std::string> want = bench::parse_names(models);
+      const std::vector<std::string> want = tools::parse_names(models);
       for (int64_t tp : tp_list)
-        for (const bench::LayerShape& l : bench::at_tp(cat.layers, static_cast<int>(tp))) {
+        for (const tools::LayerShape& l : tools::at_tp(cat.layers, static_cast<int>(tp))) {
           if (!want.empty() && std::find(want.begin(), want.end(), l.model) == want.end()) continue;
           if (seen.insert({l.n, l.k}).second) layers.push_back(l);
         }
     }
     const std::vector<int64_t> m_grid = ms.empty() ? cat.m_grid : m_list;
     const DType out = parse_dtype(out_name, "--out");
-    bench::MeasureOptions opt;
+    timing::MeasureOptions opt;
     opt.reps = reps;
 
     const DeviceInfo& dev = device_info(0);
     std::printf("fp8route gemm_bench on %s (%d SMs): %zu layer shapes x %zu M x %s scales\n",
                 dev.name.c_str(), dev.sm_count, layers.size(), m_grid.size(), scales.c_str());
-    const size_t total = layers.size() * m_grid.size() * bench::parse_names(scales).size();
+    const size_t total = layers.size() * m_grid.size() * tools::parse_names(scales).size();
     size_t done = 0;
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<Row> rows;
-    for (const bench::LayerShape& l : layers) {
+    for (const tools::LayerShape& l : layers) {
       for (int64_t m : m_grid) {
-        for (const std::string& sk : bench::parse_names(scales)) {
+        for (const std::string& sk : tools::parse_names(scales)) {
           const GemmProblem p = make_problem(m, l.n, l.k, parse_scale_kind(sk), out, bias);
-          const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), opt);
-          const bench::GemmOperandSets o = bench::make_gemm_operands(p, sets, 0x5EEDull * (done + 1), false, scale_offset);
+          const int sets = timing::rotation_sets(timing::gemm_call_bytes(p), opt);
+          const timing::GemmOperandSets o = timing::make_gemm_operands(p, sets, 0x5EEDull * (done + 1), false, scale_offset);
           std::map<std::string, Row> best;  // per backend
-          for (const std::string& b : bench::parse_names(backends)) {
+          for (const std::string& b : tools::parse_names(backends)) {
             // "routed": the routed entry point, its row's config naming the route it took.
             const bool routed = b == "routed";
             std::vector<std::string> cs = routed ? std::vector<std::string>{""} : gemm_configs(b);
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
               }
               Row r{l.model, l.layer, l.tp, p, b, label, {}};
               try {
-                r.m = bench::measure_gemm(o, routed ? "" : b, c, opt);
+                r.m = timing::measure_gemm(o, routed ? "" : b, c, opt);
               } catch (const Error& e) {
                 std::printf("  %s/%s failed on %s: %s\n", b.c_str(), c.c_str(), to_string(p).c_str(), e.what());
                 continue;
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
           }
           if (with_floor) {
             Row r{l.model, l.layer, l.tp, p, "floor", "read", {}};
-            r.m = bench::measure_read_floor(o, opt);
+            r.m = timing::measure_read_floor(o, opt);
             rows.push_back(r);
             best["floor"] = r;
           }
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
           const double lt = best.count("cublaslt") ? best["cublaslt"].m.median_us : 0;
           for (const auto& [b, r] : best)
             std::printf("    %-13s %9.2f us %7.1f TFLOP/s %6.0f GB/s  %-44s%s\n", b.c_str(), r.m.median_us,
-                        bench::tflops(p, r.m.median_us), bench::weight_gbps(p, r.m.median_us), r.config.c_str(),
+                        timing::tflops(p, r.m.median_us), timing::weight_gbps(p, r.m.median_us), r.config.c_str(),
                         lt > 0 && b != "cublaslt" ? (" x" + std::to_string(lt / r.m.median_us).substr(0, 5) + " vs cublaslt").c_str() : "");
           std::fflush(stdout);
         }
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
                      {"k", r.p.k}, {"scale", std::string(name(r.p.scale))}, {"out", std::string(dtype_name(r.p.out))},
                      {"bias", r.p.bias}, {"backend", r.backend}, {"config", r.config},
                      {"us", r.m.median_us}, {"min_us", r.m.min_us}, {"max_us", r.m.max_us}, {"sets", r.m.sets},
-                     {"tflops", bench::tflops(r.p, r.m.median_us)}, {"weight_gbps", bench::weight_gbps(r.p, r.m.median_us)}});
+                     {"tflops", timing::tflops(r.p, r.m.median_us)}, {"weight_gbps", timing::weight_gbps(r.p, r.m.median_us)}});
       std::ofstream(json_path) << j.dump(1) << "\n";
       std::printf("wrote %zu records to %s\n", rows.size(), json_path.c_str());
     }

@@ -5,7 +5,7 @@
   fp8route.Fp8Linear      vs the same layer in torch ops (per-token quant + torch._scaled_mm),
                              eager and torch.compile
 
-on models.json layer shapes at decode and prefill M. Method as src/bench/measure.h: each op is
+on models.json layer shapes at decode and prefill M. Method as src/timing/measure.h: each op is
 captured in a CUDA graph over rotation sets of inputs spanning >= 3x L2, and the ops of one problem
 are replayed interleaved (shuffled order per round, an untimed L2 flush before each replay), median
 of 20 replays.

@@ -1,5 +1,5 @@
 // Quantization benchmark: fp8route's kernels on bf16 activations, timed with the one method of
-// src/bench/measure.h, next to a device-to-device copy of the same bytes (the bandwidth ceiling).
+// src/timing/measure.h, next to a device-to-device copy of the same bytes (the bandwidth ceiling).
 // Writes JSON records that bench/quant_table.py merges with bench/quant_torch.py's.
 
 #include <CLI/CLI.hpp>
@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/args.h"
-#include "bench/gemm_operands.h"
-#include "bench/measure.h"
+#include "common/args.h"
+#include "timing/gemm_operands.h"
+#include "timing/measure.h"
 #include "core/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/quant.h"
@@ -27,8 +27,8 @@ using namespace fp8route;
 
 namespace {
 
-using bench::parse_list;
-using bench::parse_names;
+using tools::parse_list;
+using tools::parse_names;
 
 GroupQuantSpec layout_spec(const std::string& layout) {
   GroupQuantSpec s;  // g128 e4m3
@@ -58,7 +58,7 @@ std::vector<DeviceBuffer> random_inputs(int64_t elems, int sets, std::mt19937_64
 struct Record {
   std::string op, layout;
   int64_t T, H, bytes;
-  bench::Measurement m;
+  timing::Measurement m;
 };
 
 // A comma-separated list of integers in [lo, hi], checked when parsed, each at full width.
@@ -66,7 +66,7 @@ CLI::Validator int_list(int64_t lo, int64_t hi) {
   const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   return CLI::Validator(
       [lo, hi, range](std::string& s) -> std::string {
-        const std::string why = bench::int_list_error(s, lo, hi);
+        const std::string why = tools::int_list_error(s, lo, hi);
         return why.empty() && parse_names(s).empty() ? "expected at least one integer in " + range : why;
       },
       "INT[,INT...] in " + range);
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   detail::force_group_threads(group_threads);
   detail::force_group_vec(group_vec);
   if (cluster_max >= 0) detail::set_tensor_cluster_max_vecs(cluster_max);
-  bench::MeasureOptions opt;
+  timing::MeasureOptions opt;
   opt.reps = std::max(reps, 20);
   std::mt19937_64 rng(2026);
   std::vector<Record> records;
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       dst.emplace_back(bytes);
       FP8ROUTE_CUDA_CHECK(cudaMemset(src.back().data(), 1, bytes));
     }
-    auto m = bench::measure([&](int i, cudaStream_t st) {
+    auto m = timing::measure([&](int i, cudaStream_t st) {
       FP8ROUTE_CUDA_CHECK(cudaMemcpyAsync(dst[i].data(), src[i].data(), bytes, cudaMemcpyDeviceToDevice, st));
     }, 3, opt);
     records.push_back({"copy", "", 0, 0, 2 * bytes, m});
@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
           else if (op == "floor") scale_bytes = 0;
           else scale_bytes = 4;
           const int64_t bytes = in_elems * 2 + T * H + scale_bytes;
-          const int sets = bench::rotation_sets(bytes, opt);
+          const int sets = timing::rotation_sets(bytes, opt);
           auto xs = random_inputs(in_elems, sets, rng);
           std::vector<DeviceBuffer> qs, ss;
           for (int i = 0; i < sets; ++i) {
@@ -181,14 +181,14 @@ int main(int argc, char** argv) {
               if (fused) silu_and_mul_per_token_group_quant(x, spec, q, s, st);
               else per_token_group_quant(x, spec, q, s, st);
             } else if (op == "floor") {
-              bench::enqueue_pass_floor(xs[i].data(), in_elems * 2, qs[i].data(), st);
+              timing::enqueue_pass_floor(xs[i].data(), in_elems * 2, qs[i].data(), st);
             } else if (op == "token") {
               per_token_quant(x, q, TensorView::contiguous(ss[i].data(), DType::f32, {T}), ScaleRounding::none, st);
             } else {
               per_tensor_quant_dynamic(x, q, TensorView::contiguous(ss[i].data(), DType::f32, {1}), st);
             }
           };
-          const bench::Measurement m = bench::measure(enqueue, sets, opt);
+          const timing::Measurement m = timing::measure(enqueue, sets, opt);
           records.push_back({op, op == "group" ? layout : "", T, H, bytes, m});
           const double gbps = bytes / m.median_us / 1e3;
           std::printf("%-15s %-14s %6lld %6lld %10.2f %9.0f %6.1f%%\n", op.c_str(),

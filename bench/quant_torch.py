@@ -12,7 +12,7 @@ Ops (x bf16; arithmetic of ../shared/NUMERICS.md, E4M3 codes, group size 128):
   token           one fp32 scale per row
   tensor_dynamic  one fp32 scale for the whole tensor
 
-Timing, per (op, layout, shape, impl), the method of fp8route's src/bench/measure.cpp:
+Timing, per (op, layout, shape, impl), the method of fp8route's src/timing/measure.h:
 R rotation sets of fresh random normal inputs with R * bytes >= 3 * L2 (R = ceil(3 * L2 / bytes)
 clamped to [3, 512]; bytes = the call's bytes moved, L2 = the device's); each set called once
 outside the graph and at least 5 calls in all (torch.compile compiles here); one CUDA graph that
@@ -52,7 +52,7 @@ FP8 = torch.float8_e4m3fn
 QMAX = 448.0             # largest finite E4M3
 AMAX_FLOOR = 1e-10       # amax = max(amax, 1e-10f)
 GROUP = 128              # group size of the group ops
-# Measuring: as fp8route's MeasureOptions (src/bench/measure.h)
+# Measuring: as fp8route's MeasureOptions (src/timing/measure.h)
 L2_FALLBACK_BYTES = 60 * 1024 * 1024   # H200, if torch cannot tell the device's L2 size
 L2_MULTIPLE = 3          # rotation sets span this many L2 sizes ...
 MIN_SETS = 3

@@ -1,4 +1,4 @@
-// libFuzzer target: bench::load_catalog, shapes/models.json; fuzz_readers.h says what must hold.
+// libFuzzer target: tools::load_catalog, shapes/models.json; fuzz_readers.h says what must hold.
 
 #include <cstddef>
 #include <cstdint>

@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/shapes.h"
+#include "common/shapes.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
 
@@ -94,26 +94,26 @@ inline void tune_raw(const std::string& path) {
 }
 
 inline void catalog(const std::string& path) {
-  bench::ShapeCatalog c;
+  tools::ShapeCatalog c;
   try {
-    c = bench::load_catalog(path);
+    c = tools::load_catalog(path);
   } catch (const Error& e) {
     return check_error(e);
   }
   for (int tp : c.tp)
-    for (const bench::LayerShape& l : bench::at_tp(c.layers, tp))
+    for (const tools::LayerShape& l : tools::at_tp(c.layers, tp))
       expect(l.n >= 1 && l.k >= 1 && utf8(l.model) && utf8(l.layer), "a layer split into a bad shape");
   for (int64_t m : c.m_grid) expect(m >= 1, "an M below 1");
 }
 
 inline void shape_file(const std::string& path) {
-  std::vector<bench::LayerShape> shapes;
+  std::vector<tools::LayerShape> shapes;
   try {
-    shapes = bench::load_shape_file(path);
+    shapes = tools::load_shape_file(path);
   } catch (const Error& e) {
     return check_error(e);
   }
-  for (const bench::LayerShape& l : shapes)
+  for (const tools::LayerShape& l : shapes)
     expect(l.n >= 1 && l.k >= 1 && l.n < (int64_t{1} << 31) && l.k < (int64_t{1} << 31) && utf8(l.layer),
            "a shape out of range or a label that is not UTF-8");
 }

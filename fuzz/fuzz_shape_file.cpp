@@ -1,4 +1,4 @@
-// libFuzzer target: bench::load_shape_file, the files of the tool's --shapes; fuzz_readers.h says what must hold.
+// libFuzzer target: tools::load_shape_file, the files of the tool's --shapes; fuzz_readers.h says what must hold.
 
 #include <cstddef>
 #include <cstdint>

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/fill.cuh"
-#include "bench/shapes.h"
+#include "timing/fill.cuh"
+#include "common/shapes.h"
 #include "fp8route/buffer.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
@@ -45,12 +45,12 @@ using test::upload;
 
 // ---- device-side data and checks ------------------------------------------------------------
 
-using bench::fill_bias;
-using bench::fill_codes;
-using bench::fill_scales;
-using bench::from_float;
-using bench::kFillBlock;
-using bench::kFillGrid;
+using timing::fill_bias;
+using timing::fill_codes;
+using timing::fill_scales;
+using timing::from_float;
+using timing::kFillBlock;
+using timing::kFillGrid;
 
 template <class T>
 __device__ float to_float(T v) { return static_cast<float>(v); }
@@ -303,10 +303,10 @@ TEST(GemmReference, MatchesCpuReference) {
 
 TEST(GemmBackends, ModelShapesAgainstReference) {
   FP8ROUTE_REQUIRE_SM90();
-  const bench::ShapeCatalog cat = bench::load_catalog(bench::default_catalog_path());
+  const tools::ShapeCatalog cat = tools::load_catalog(tools::default_catalog_path());
   std::set<std::pair<int64_t, int64_t>> nk;
   for (int tp : {1, 8})
-    for (const bench::LayerShape& l : bench::at_tp(cat.layers, tp)) nk.insert({l.n, l.k});
+    for (const tools::LayerShape& l : tools::at_tp(cat.layers, tp)) nk.insert({l.n, l.k});
   const int64_t ms[] = {1, 4, 16, 64, 128, 1000, 4096};
   std::map<std::string, int> ran, skipped;
   std::map<std::string, std::set<std::string>> reasons;
@@ -424,10 +424,10 @@ std::shared_ptr<const Router> router_preferring(const std::string& backend, cons
 // small N needs), against the GPU reference with all rows sampled up to M = 32.
 TEST(DecodeBackend, EveryModelShapeAtDecodeM) {
   FP8ROUTE_REQUIRE_SM90();
-  const bench::ShapeCatalog cat = bench::load_catalog(bench::default_catalog_path());
+  const tools::ShapeCatalog cat = tools::load_catalog(tools::default_catalog_path());
   std::set<std::pair<int64_t, int64_t>> nk;
   for (int tp : {1, 2, 4, 8})
-    for (const bench::LayerShape& l : bench::at_tp(cat.layers, tp)) nk.insert({l.n, l.k});
+    for (const tools::LayerShape& l : tools::at_tp(cat.layers, tp)) nk.insert({l.n, l.k});
   const std::vector<std::string> cs = gemm_configs("decode");
   std::map<std::string, int> ran;
   size_t rotate = 0;
@@ -476,7 +476,7 @@ TEST(DecodeBackend, DependentLaunchChainReadsEachStepsActivations) {
       std::vector<DeviceBuffer> src, out;
       for (int s = 0; s < kSteps; ++s) {
         src.emplace_back(abytes);
-        bench::fill_codes<<<kFillGrid, kFillBlock>>>(src.back().as<uint8_t>(), m, p.k, p.k, case_seed(9600 + s), false);
+        timing::fill_codes<<<kFillGrid, kFillBlock>>>(src.back().as<uint8_t>(), m, p.k, p.k, case_seed(9600 + s), false);
         out.emplace_back(obytes);
       }
       cudaStream_t stream;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/measure.h"
+#include "timing/measure.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
@@ -239,7 +239,7 @@ TEST(GemmArgs, EveryValidProblemHasABackend) {
 }
 
 
-// The screen of `fp8route tune/bench --screen` (bench::screen_keep): fresh random quick-round times;
+// The screen of `fp8route tune/bench --screen` (timing::screen_keep): fresh random quick-round times;
 // what it keeps is checked against the rule written out independently here.
 TEST(Screen, KeepsRoutedFailedEachBackendsFastestAndTheNearlyFastest) {
   std::mt19937 rng(std::random_device{}());
@@ -256,7 +256,7 @@ TEST(Screen, KeepsRoutedFailedEachBackendsFastestAndTheNearlyFastest) {
       failed[i] = rng() % 10 == 0;
     }
     const double pct = 5.0 + double(rng() % 40);
-    const std::vector<bool> keep = bench::screen_keep(backends, us, failed, pct);
+    const std::vector<bool> keep = timing::screen_keep(backends, us, failed, pct);
     double best = INFINITY;
     for (size_t i = 0; i < n; ++i)
       if (!failed[i]) best = std::min(best, us[i]);
@@ -270,7 +270,7 @@ TEST(Screen, KeepsRoutedFailedEachBackendsFastestAndTheNearlyFastest) {
                                << failed[i] << "), fastest " << best << ", pct " << pct;
     }
   }
-  EXPECT_THROW(bench::screen_keep({"a"}, {1.0, 2.0}, {false}, 25), Error);
+  EXPECT_THROW(timing::screen_keep({"a"}, {1.0, 2.0}, {false}, 25), Error);
 }
 
 TEST(FinalRound, TheNearTiesFastestFirstOrNone) {
@@ -282,7 +282,7 @@ TEST(FinalRound, TheNearTiesFastestFirstOrNone) {
     std::vector<bool> failed(n);
     for (size_t i = 0; i < n; ++i) us[i] = t(rng), failed[i] = rng() % 6 == 0;
     const double pct = double(rng() % 10);
-    const std::vector<size_t> got = bench::final_round(us, failed, pct);
+    const std::vector<size_t> got = timing::final_round(us, failed, pct);
     double best = INFINITY;
     for (size_t i = 0; i < n; ++i)
       if (!failed[i]) best = std::min(best, us[i]);
@@ -294,9 +294,9 @@ TEST(FinalRound, TheNearTiesFastestFirstOrNone) {
     EXPECT_EQ(std::set<size_t>(got.begin(), got.end()), std::set<size_t>(want.begin(), want.end()));
     for (size_t j = 1; j < got.size(); ++j) EXPECT_LE(us[got[j - 1]], us[got[j]]);
   }
-  EXPECT_TRUE(bench::final_round({10.0, 10.1}, {false, true}, 5).empty());     // one left: no tie
-  EXPECT_EQ(bench::final_round({10.4, 10.0, 12.0}, {false, false, false}, 5), (std::vector<size_t>{1, 0}));
-  EXPECT_THROW(bench::final_round({1.0}, {false, false}, 5), Error);
+  EXPECT_TRUE(timing::final_round({10.0, 10.1}, {false, true}, 5).empty());     // one left: no tie
+  EXPECT_EQ(timing::final_round({10.4, 10.0, 12.0}, {false, false, false}, 5), (std::vector<size_t>{1, 0}));
+  EXPECT_THROW(timing::final_round({1.0}, {false, false}, 5), Error);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "bench/shapes.h"
+#include "common/shapes.h"
 #include "fp8route/buffer.h"
 #include "fp8route/error.h"
 #include "fp8route/linear.h"
@@ -86,12 +86,12 @@ TEST(LinearLayout, BadWeightScaleNamesTheArgument) {
 TEST(LinearLayout, PlanRouterAgreesWithTheFullTable) {
   const Router full = Router::from_file(source_dir() + "/routes/h200.json");
   ASSERT_TRUE(full.load_error().empty()) << full.load_error();
-  const bench::ShapeCatalog cat = bench::load_catalog(bench::default_catalog_path());
+  const tools::ShapeCatalog cat = tools::load_catalog(tools::default_catalog_path());
   std::vector<int64_t> ms = cat.m_grid;
   for (int64_t m : {3, 5, 100, 1000, 5000, 20000}) ms.push_back(m);
   size_t checked = 0, sliced_entries = 0, layers = 0;
   for (int tp : {1, 2, 4, 8})
-    for (const bench::LayerShape& l : bench::at_tp(cat.layers, tp))
+    for (const tools::LayerShape& l : tools::at_tp(cat.layers, tp))
       for (auto [act, numel] : {std::pair{ScaleKind::tensor, int64_t{1}}, std::pair{ScaleKind::row, l.n},
                                 std::pair{ScaleKind::row, int64_t{1}},
                                 std::pair{ScaleKind::block, ((l.n + 127) / 128) * ((l.k + 127) / 128)}}) {

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "fp8route/kernels/scale_math.h"
+#include "quant/scale_math.h"
 #include "fp8route/quant_layout.h"
 #include "fp8route/reference.h"
 

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/shapes.h"
+#include "common/shapes.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
@@ -126,18 +126,18 @@ struct HeldOut {
 
 const std::vector<HeldOut>& held_out_figures() {
   static const std::vector<HeldOut> figures = [] {
-  const bench::ShapeCatalog catalog = bench::load_catalog(bench::default_catalog_path());
+  const tools::ShapeCatalog catalog = tools::load_catalog(tools::default_catalog_path());
   std::set<std::string> models;
   for (const auto& l : catalog.layers) models.insert(l.model);
   const std::map<Point, Times> all = points_of(h200_records());
   std::vector<HeldOut> out;
   for (const std::string& model : models) {
-    std::vector<bench::LayerShape> layers;
+    std::vector<tools::LayerShape> layers;
     for (const auto& l : catalog.layers)
       if (l.model == model) layers.push_back(l);
     std::set<std::pair<int64_t, int64_t>> shapes;
     for (int tp : catalog.tp)
-      for (const auto& l : bench::at_tp(layers, tp)) shapes.insert({l.n, l.k});
+      for (const auto& l : tools::at_tp(layers, tp)) shapes.insert({l.n, l.k});
     std::vector<MeasurementRecord> rest;
     for (const MeasurementRecord& r : h200_records())
       if (!shapes.count({r.n, r.k})) rest.push_back(r);

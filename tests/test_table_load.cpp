@@ -1,6 +1,6 @@
 // The file readers on damaged and hostile input, CPU only: the routing table (load_routing_table,
 // Router::from_file, default_router), tune's raw file (read_tune_raw), the shape catalog
-// (bench::load_catalog) and the tool's --shapes files (bench::load_shape_file); and where the
+// (tools::load_catalog) and the tool's --shapes files (tools::load_shape_file); and where the
 // shipped table is looked for. A file that does not load is an Error(io_error) naming the file and the
 // place; nothing a file holds may crash the process, escape as another exception type or put bytes
 // that are not UTF-8 into a message (fp8route info --json and Python's table_info() embed them).
@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../fuzz/fuzz_readers.h"
-#include "bench/shapes.h"
+#include "common/shapes.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
 #include "route/data_files.h"
@@ -371,10 +371,10 @@ TEST(CatalogLoad, BadValuesNameTheFileAndField) {
     const std::string path = temp_file(name + ".catalog.json", text);
     std::vector<std::string> all = expect;
     all.push_back(path);
-    expect_io_error(name, [&] { bench::load_catalog(path); }, all);
+    expect_io_error(name, [&] { tools::load_catalog(path); }, all);
     fs::remove(path);
   }
-  const bench::ShapeCatalog ok = bench::load_catalog(temp_file("ok.catalog.json", cat));
+  const tools::ShapeCatalog ok = tools::load_catalog(temp_file("ok.catalog.json", cat));
   EXPECT_EQ(ok.layers.size(), 2u);
   EXPECT_EQ(ok.tp, (std::vector<int>{1, 8}));
 }
@@ -393,17 +393,17 @@ TEST(ShapeFileLoad, WholeDimensionsInRangeAndUtf8Labels) {
   };
   for (const auto& [name, line] : cases) {
     const std::string path = temp_file(name + ".shapes", "# N K [label]\n6144 4096 qkv\n" + line + "\n");
-    expect_io_error(name, [&] { bench::load_shape_file(path); }, {path + ":3"});
+    expect_io_error(name, [&] { tools::load_shape_file(path); }, {path + ":3"});
   }
-  expect_io_error("empty", [&] { bench::load_shape_file(temp_file("empty.shapes", "# nothing\n\n")); },
+  expect_io_error("empty", [&] { tools::load_shape_file(temp_file("empty.shapes", "# nothing\n\n")); },
                   {"no shapes"});
-  const std::vector<bench::LayerShape> ok =
-      bench::load_shape_file(temp_file("ok.shapes", "# c\n4096 14336 down_proj\n  6144,4096 # qkv\n"));
+  const std::vector<tools::LayerShape> ok =
+      tools::load_shape_file(temp_file("ok.shapes", "# c\n4096 14336 down_proj\n  6144,4096 # qkv\n"));
   ASSERT_EQ(ok.size(), 2u);
   EXPECT_EQ(ok[0].layer, "down_proj");
   EXPECT_EQ(ok[0].k, 14336);
   EXPECT_EQ(ok[1].layer, "6144x4096");
-  EXPECT_THROW(bench::at_tp(ok, 0), Error);  // a divisor
+  EXPECT_THROW(tools::at_tp(ok, 0), Error);  // a divisor
 }
 
 // ---- where the shipped table is looked for -------------------------------------------------------

@@ -11,7 +11,7 @@
 //       -Wl,-rpath,/usr/local/cuda/lib
 // Run on the GPU machine with FP8ROUTE_SOURCE_DIR set (the router reads routes/h200.json).
 #include <cstdio>
-#include "bench/gemm_operands.h"
+#include "timing/gemm_operands.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
 using namespace fp8route;
@@ -19,9 +19,9 @@ int main() {
   struct S { int64_t m, n, k; ScaleKind s; };
   for (S s : {S{16, 13312, 16384, ScaleKind::block}, S{16, 13312, 16384, ScaleKind::row}}) {
     const GemmProblem p = make_problem(s.m, s.n, s.k, s.s);
-    bench::MeasureOptions mo;
-    const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), mo);
-    const auto ops = bench::make_gemm_operands(p, sets, 42);
+    timing::MeasureOptions mo;
+    const int sets = timing::rotation_sets(timing::gemm_call_bytes(p), mo);
+    const auto ops = timing::make_gemm_operands(p, sets, 42);
     std::printf("%s sets=%d\n", to_string(p).c_str(), sets);
     std::vector<std::pair<std::string, std::string>> all;
     for (const std::string& b : gemm_backends())
@@ -29,7 +29,7 @@ int main() {
         if (b != "reference" && b != "skinny" && gemm_supports(b, c, p).empty())
           for (int i = 0; i < 4; ++i) all.push_back({b, c});
     for (int rep = 0; rep < 2; ++rep) {
-      const auto ms = bench::measure_gemms(ops, all, mo);
+      const auto ms = timing::measure_gemms(ops, all, mo);
       for (size_t i = 0; i < ms.size(); i += 4)
         std::printf("  %-55s %7.2f %7.2f %7.2f %7.2f\n", (all[i].first + "/" + all[i].second).c_str(), ms[i].median_us,
                     ms[i + 1].median_us, ms[i + 2].median_us, ms[i + 3].median_us);

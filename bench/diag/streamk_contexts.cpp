@@ -14,7 +14,7 @@
 //       -Wl,-rpath,/usr/local/cuda/lib
 #include <cstdio>
 #include <thread>
-#include "bench/gemm_operands.h"
+#include "timing/gemm_operands.h"
 #include "fp8route/gemm.h"
 using namespace fp8route;
 int main(int argc, char** argv) {
@@ -29,9 +29,9 @@ int main(int argc, char** argv) {
                           {"cublaslt", "heuristic"}}}};
   for (const S& s : shapes) {
     const GemmProblem p = make_problem(s.m, s.n, s.k, ScaleKind::row);
-    bench::MeasureOptions mo;
-    const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), mo);
-    const auto ops = bench::make_gemm_operands(p, sets, 42);
+    timing::MeasureOptions mo;
+    const int sets = timing::rotation_sets(timing::gemm_call_bytes(p), mo);
+    const auto ops = timing::make_gemm_operands(p, sets, 42);
     std::printf("%s sets=%d: per config, 4 graph instances' medians | plain launches' median (us)\n",
                 to_string(p).c_str(), sets);
     std::vector<std::pair<std::string, std::string>> all;
@@ -39,10 +39,10 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 4; ++i) all.push_back(c);
     for (int t = 0; t < trials; ++t) {
       std::thread([&] {  // a new thread: a new stream (measure.cu) and so new workspaces
-        const auto g = bench::measure_gemms(ops, all, mo);
-        bench::MeasureOptions plain = mo;
+        const auto g = timing::measure_gemms(ops, all, mo);
+        timing::MeasureOptions plain = mo;
         plain.graph = false;
-        const auto q = bench::measure_gemms(ops, s.configs, plain);
+        const auto q = timing::measure_gemms(ops, s.configs, plain);
         std::printf(" trial %d\n", t);
         for (size_t c = 0; c < s.configs.size(); ++c)
           std::printf("   %-48s %7.2f %7.2f %7.2f %7.2f | %7.2f\n", s.configs[c].second.c_str(), g[4 * c].median_us,

@@ -178,7 +178,7 @@ class Router {
 // A load-time probe: a shape routed from measurements made on this GPU instead of from another
 // chip's table alone. At each M of m_grid, Router::probe_candidates (the table's `top` best guesses,
 // the configs each backend asks to have timed, gemm_select()'s choice) are timed side by side with the one
-// benchmark method (graph replay, cold L2, interleaved; src/bench/measure.h).
+// benchmark method (graph replay, cold L2, interleaved; src/timing/measure.h).
 // - CPU, on the recorded H200 measurements, each model held out of the table in turn: routing by the
 //   fastest probe candidate loses 0.01-0.03% geometric mean, at most 10% on any point (top = 5; by
 //   the table alone 1.6-3.1% and 105 of 6111 points over 20%; test_route, HeldOutModelProbed).
@@ -192,7 +192,7 @@ struct ProbeOptions {
   size_t top = 5;       // the table's candidates timed at each M
   bool always = false;  // false: only the M where the table has no exact entry serving (select()'s
                         // source is not exact); true: every M (settles this GPU's near-ties)
-  // bench::MeasureOptions. Several graph instances: a stream-K config's graph runs at one of a few
+  // timing::MeasureOptions. Several graph instances: a stream-K config's graph runs at one of a few
   // speeds for its life (measure.h), and one instance can crown a lucky one.
   int warmup = 5, reps = 20, instances = 4;
 };

@@ -1,5 +1,5 @@
 // Launchers of the quantization family: argument checks, parameters, dispatch, launch.
-// Device code: include/fp8route/kernels/quant.cuh.
+// Device code: src/quant/kernel.cuh.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,7 +13,7 @@
 #include "core/cuda_check.h"
 #include "core/workspace.h"
 #include "fp8route/device.h"
-#include "fp8route/kernels/quant.cuh"
+#include "quant/kernel.cuh"
 #include "fp8route/quant.h"
 #include "quant/quant_internal.h"
 

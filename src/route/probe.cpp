@@ -4,8 +4,8 @@
 #include <chrono>
 #include <map>
 
-#include "bench/gemm_operands.h"
-#include "bench/measure.h"
+#include "timing/gemm_operands.h"
+#include "timing/measure.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
@@ -30,7 +30,7 @@ std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAt
   if (grid.empty()) return out;
   FP8ROUTE_CHECK_CAT(cuda_device_count() > 0, ErrorCategory::unsupported,
                      "probe_shape needs a GPU: " << cuda_unavailable_reason());
-  bench::MeasureOptions mo;
+  timing::MeasureOptions mo;
   mo.warmup = opt.warmup, mo.reps = opt.reps, mo.instances = opt.instances;
   for (int64_t m : grid) {
     const GemmProblem routed = problem_at(m, "");
@@ -45,9 +45,9 @@ std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAt
     }
     for (const auto& [key, form] : by_form) {
       const auto& [p, choices] = form;
-      const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), mo);
-      const bench::GemmOperandSets ops = bench::make_gemm_operands(p, sets, 0x9B0Bull + uint64_t(m));
-      const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
+      const int sets = timing::rotation_sets(timing::gemm_call_bytes(p), mo);
+      const timing::GemmOperandSets ops = timing::make_gemm_operands(p, sets, 0x9B0Bull + uint64_t(m));
+      const std::vector<timing::Measurement> ms = timing::measure_gemms(ops, choices, mo);
       for (size_t i = 0; i < choices.size(); ++i)
         if (ms[i].error.empty())
           out.push_back({routed.scale, routed.out, routed.n, routed.k, m, choices[i].first, choices[i].second,

@@ -1,5 +1,5 @@
 // fp8route bench: the routed GEMM (scaled_mm through the routing table) against each backend alone,
-// side by side in one run, with the one method of src/bench/measure.h. "A backend alone" is that
+// side by side in one run, with the one method of src/timing/measure.h. "A backend alone" is that
 // backend at its best config for the problem: by default the configs the routing table ranks best
 // for the backend (and cuBLASLt's own heuristic choice), with --configs all every config it has.
 // With no GPU and as the main job it prints the routing plan from the table instead.
@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/args.h"
-#include "bench/gemm_operands.h"
+#include "common/args.h"
+#include "timing/gemm_operands.h"
 #include "commands.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -37,7 +37,7 @@ struct Timed {
 };
 
 struct Result {
-  bench::LayerShape layer;
+  tools::LayerShape layer;
   GemmProblem p;
   Timed routed;
   std::map<std::string, Timed> alone;  // per backend, its fastest config
@@ -58,7 +58,7 @@ double best_alone(const std::map<std::string, Timed>& alone, std::string* who = 
 // The routed time and each backend's fastest config from one measure_gemms of `choices` (the routed
 // entry point first); a choice that failed is reported and left out.
 void fill(Result& r, const Route& route, const std::vector<std::pair<std::string, std::string>>& choices,
-          const std::vector<bench::Measurement>& ms) {
+          const std::vector<timing::Measurement>& ms) {
   FP8ROUTE_CHECK_CAT(ms[0].error.empty(), ErrorCategory::cuda_error, "routed " << to_string(r.p) << ": " << ms[0].error);
   r.routed = {route.backend, route.config, ms[0].median_us};
   r.alone.clear();
@@ -122,7 +122,7 @@ int print_plan(const Workload& w, const Router& router) {
               cuda_unavailable_reason().c_str(), router.table().stamp.gpu.c_str(), router.table().stamp.date.c_str(),
               w.what.c_str());
   if (!router.load_error().empty()) std::printf("table not loaded (%s): the heuristic rules\n\n", router.load_error().c_str());
-  for (const bench::LayerShape& l : w.layers)
+  for (const tools::LayerShape& l : w.layers)
     for (ScaleKind sk : w.scales) {
       std::printf("%s/%s tp%d n=%lld k=%lld %s\n", l.model.c_str(), l.layer.c_str(), l.tp, (long long)l.n,
                   (long long)l.k, std::string(name(sk)).c_str());
@@ -214,7 +214,7 @@ void write_records(const std::string& path, const nlohmann::json& records) {
 int run_bench(const BenchOptions& opt) {
   const Workload w = select_workload(opt.shapes, "llama-3.1-8b", /*dedupe=*/true);
   FP8ROUTE_CHECK(opt.configs == "table" || opt.configs == "all", "--configs: table or all, got '" << opt.configs << "'");
-  const std::vector<std::string> backends = bench::parse_names(opt.backends);
+  const std::vector<std::string> backends = tools::parse_names(opt.backends);
   for (const std::string& b : backends) gemm_configs(b);  // unknown names fail before any work
   if (!opt.table.empty()) load_default_table(opt.table);
   std::shared_ptr<const Router> router = default_router();
@@ -248,8 +248,8 @@ int run_bench(const BenchOptions& opt) {
                                     ": configs over " + std::to_string(opt.screen_pct) +
                                     "% behind the fastest in one quick round are not timed further)").c_str()
                                  : "");
-  const bench::MeasureOptions mo = measure_options(opt.shapes);
-  bench::MeasureOptions recheck = mo;  // --recheck's finer measurement
+  const timing::MeasureOptions mo = measure_options(opt.shapes);
+  timing::MeasureOptions recheck = mo;  // --recheck's finer measurement
   recheck.instances = std::max(opt.recheck_instances, mo.instances);
   if (opt.probe != "off") {
     ProbeOptions po;
@@ -263,7 +263,7 @@ int run_bench(const BenchOptions& opt) {
   nlohmann::json records = nlohmann::json::array();
   const auto t0 = std::chrono::steady_clock::now();
   size_t done = 0, timed_fully = 0, timed_all = 0;
-  for (const bench::LayerShape& l : w.layers) {
+  for (const tools::LayerShape& l : w.layers) {
     std::printf("%-30s %-7s %6s %10s  %-40s", (l.model + "/" + l.layer + " tp" + std::to_string(l.tp)).c_str(), "scale",
                 "M", "routed us", "routed backend/config");
     for (const std::string& b : backends) std::printf(" %20s", (b + " us").c_str());
@@ -271,8 +271,8 @@ int run_bench(const BenchOptions& opt) {
     for (int64_t m : w.m_grid)
       for (ScaleKind sk : w.scales) {
         const GemmProblem p = make_problem(m, l.n, l.k, sk, w.out);
-        const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), mo);
-        const bench::GemmOperandSets ops = bench::make_gemm_operands(p, sets, 0xBE7Cull * (done + 1));
+        const int sets = timing::rotation_sets(timing::gemm_call_bytes(p), mo);
+        const timing::GemmOperandSets ops = timing::make_gemm_operands(p, sets, 0xBE7Cull * (done + 1));
         Result r{l, p, {}, {}};
         const Route route = router->select(p);
         // The routed entry point and every candidate config side by side, replays interleaved
@@ -281,12 +281,12 @@ int run_bench(const BenchOptions& opt) {
         std::vector<std::pair<std::string, std::string>> choices = {{"", ""}};
         for (const std::string& b : backends)
           for (const std::string& c : configs_for(b, p, *router, opt.configs == "all")) choices.emplace_back(b, c);
-        if (opt.screen_pct > 0) {  // bench::screen_gemms: routed and each backend's fastest always stay
+        if (opt.screen_pct > 0) {  // timing::screen_gemms: routed and each backend's fastest always stay
           timed_all += choices.size();
-          choices = bench::screen_gemms(ops, choices, mo, opt.screen_pct).kept;
+          choices = timing::screen_gemms(ops, choices, mo, opt.screen_pct).kept;
           timed_fully += choices.size();
         }
-        const std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
+        const std::vector<timing::Measurement> ms = timing::measure_gemms(ops, choices, mo);
         fill(r, route, choices, ms);
         const Result first = r;
         if (const double best = best_alone(r.alone); opt.recheck_instances > 0 && r.routed.us > 1.03 * best) {
@@ -295,11 +295,11 @@ int run_bench(const BenchOptions& opt) {
           // best of the first pass is the minimum of many noisy timings and the stream-K graphs run
           // at one of a few speeds per instance (measure.h), so an independent, finer measurement of
           // the candidates decides; both passes are printed and kept in the JSON.
-          const std::vector<bool> keep = bench::screen_keep(choices, ms, 100 * (r.routed.us / best - 1));
+          const std::vector<bool> keep = timing::screen_keep(choices, ms, 100 * (r.routed.us / best - 1));
           std::vector<std::pair<std::string, std::string>> again;
           for (size_t i = 0; i < choices.size(); ++i)
             if (keep[i] && ms[i].error.empty()) again.push_back(choices[i]);
-          fill(r, route, again, bench::measure_gemms(ops, again, recheck));
+          fill(r, route, again, timing::measure_gemms(ops, again, recheck));
           r.first_ratio = first.routed.us / best;
           r.routed.first_us = first.routed.us;
           for (auto& [b, t] : r.alone)
@@ -328,7 +328,7 @@ int run_bench(const BenchOptions& opt) {
           records.push_back({{"model", l.model}, {"layer", l.layer}, {"tp", l.tp}, {"m", p.m}, {"n", p.n}, {"k", p.k},
                              {"scale", std::string(name(p.scale))}, {"out", std::string(dtype_name(p.out))},
                              {"backend", t.backend}, {"config", t.config}, {"us", t.us},
-                             {"tflops", bench::tflops(p, t.us)}, {"weight_gbps", bench::weight_gbps(p, t.us)},
+                             {"tflops", timing::tflops(p, t.us)}, {"weight_gbps", timing::weight_gbps(p, t.us)},
                              {"routed", routed}});
           if (std::string what = gemm_describe(t.backend, t.config, p); !what.empty()) records.back()["algo"] = what;
           if (t.first_us > 0) records.back()["first_us"] = t.first_us;  // --recheck: the first pass's time

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/gemm_operands.h"
+#include "timing/gemm_operands.h"
 #include "commands.h"
 #include "core/cuda_check.h"
 #include "fp8route/device.h"
@@ -105,7 +105,7 @@ int run_check(const CheckOptions& opt) {
         const DType out = problems % 2 ? DType::f16 : DType::bf16;
         const GemmProblem p = make_problem(m, n, k, sk, out, /*bias=*/problems % 3 == 1);
         ++problems;
-        const bench::GemmOperandSets ops = bench::make_gemm_operands(p, 1, 0xC4ECull + problems);
+        const timing::GemmOperandSets ops = timing::make_gemm_operands(p, 1, 0xC4ECull + problems);
         const ScaledMmArgs& args = ops.args[0];
         poison(args);
         scaled_mm(args, "reference", "simt_64x64", nullptr);

@@ -40,8 +40,8 @@ struct TuneOptions {
   std::string table_path = "fp8route-table.json";  // the routing table written
   std::string raw_path;                             // "" = <table_path without .json>.raw.jsonl
   std::string backends = "cublaslt,cutlass_sm90,skinny";
-  int screen_pct = 25;      // > 0: a quick first round drops configs more than this % behind (bench::screen_gemms)
-  int final_pct = 5;        // > 0: the configs within this % of the best are timed again (bench::final_round) ...
+  int screen_pct = 25;      // > 0: a quick first round drops configs more than this % behind (timing::screen_gemms)
+  int final_pct = 5;        // > 0: the configs within this % of the best are timed again (timing::final_round) ...
   int final_instances = 4;  // ... with this many graph instances (when more than --instances)
   bool fresh = false;       // ignore (and overwrite) an existing raw file instead of resuming from it
   bool build_only = false;  // measure nothing: build the table from the raw file (no GPU needed)
@@ -54,7 +54,7 @@ struct BenchOptions {
   std::string configs = "table";  // per backend: "table" (its best configs by the table) or "all"
   std::string backends = "cublaslt,cutlass_sm90,skinny";
   std::string json_path, plot_path;
-  int screen_pct = 25;     // > 0: a quick first round drops configs more than this % behind (bench::screen_gemms)
+  int screen_pct = 25;     // > 0: a quick first round drops configs more than this % behind (timing::screen_gemms)
   std::string probe = "off";  // off, unseen or always: probe_shape (route.h) every shape first, route by it
   int probe_top = 5;          // ProbeOptions::top
   int recheck_instances = 16; // > 0: a problem where routed is > 3% behind the best single backend is timed

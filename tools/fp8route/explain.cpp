@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "bench/shapes.h"
+#include "common/shapes.h"
 #include "commands.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -30,16 +30,16 @@ int run_explain(const ExplainOptions& opt) {
   const ScaleKind scale = parse_scale_kind(opt.scale);
   const DType out = parse_dtype(opt.out, "--out");
   if (!opt.model.empty()) {
-    const bench::ShapeCatalog cat = bench::load_catalog(bench::default_catalog_path());
+    const tools::ShapeCatalog cat = tools::load_catalog(tools::default_catalog_path());
     int shown = 0;
-    for (const bench::LayerShape& l : bench::at_tp(cat.layers, opt.tp)) {
+    for (const tools::LayerShape& l : tools::at_tp(cat.layers, opt.tp)) {
       if (l.model != opt.model) continue;
       std::printf("== %s/%s tp%d\n%s\n", l.model.c_str(), l.layer.c_str(), l.tp,
                   router.explain(make_problem(opt.m, l.n, l.k, scale, out)).c_str());
       ++shown;
     }
     FP8ROUTE_CHECK(shown > 0, "--model: no layers of '" << opt.model << "' at TP " << opt.tp
-                                                       << " in " << bench::default_catalog_path());
+                                                       << " in " << tools::default_catalog_path());
     return 0;
   }
   std::printf("%s\n", router.explain(make_problem(opt.m, opt.n, opt.k, scale, out)).c_str());

@@ -7,7 +7,7 @@
 #include <exception>
 #include <string>
 
-#include "bench/args.h"
+#include "common/args.h"
 #include "commands.h"
 #include "fp8route/error.h"
 #include "fp8route/version.h"
@@ -21,7 +21,7 @@ using fp8route::cli::kMaxTp;
 
 // A comma-separated list of integers in [lo, hi], checked when parsed (each value at full width).
 CLI::Validator int_list(int64_t lo, int64_t hi) {
-  return CLI::Validator([lo, hi](std::string& s) { return fp8route::bench::int_list_error(s, lo, hi); },
+  return CLI::Validator([lo, hi](std::string& s) { return fp8route::tools::int_list_error(s, lo, hi); },
                         "INT[,INT...] in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 

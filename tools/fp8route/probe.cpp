@@ -23,11 +23,11 @@ std::vector<MeasurementRecord> probe_workload(const Workload& w, const Router& r
               w.layers.size(), w.scales.size(), po.m_grid.size(), po.always ? "every M" : "M without an exact entry",
               po.top, po.reps, po.instances);
   std::vector<std::pair<int64_t, int64_t>> shapes;
-  for (const bench::LayerShape& l : w.layers) shapes.emplace_back(l.n, l.k);
+  for (const tools::LayerShape& l : w.layers) shapes.emplace_back(l.n, l.k);
   const auto t0 = std::chrono::steady_clock::now();
   const auto since = [](auto t) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(); };
   const std::vector<MeasurementRecord> all = probe_shapes(router, shapes, w.scales, w.out, po, [&](const ProbedShape& s) {
-    const bench::LayerShape& l = w.layers[s.shape];
+    const tools::LayerShape& l = w.layers[s.shape];
     std::set<int64_t> ms;
     for (const MeasurementRecord& r : *s.records) ms.insert(r.m);
     std::printf("  probe %-30s %-6s n=%-6lld k=%-6lld %3zu timings at %2zu M in %5.1fs  [%zu/%zu eta %.0fs]\n",
@@ -50,7 +50,7 @@ void print_changes(const Workload& w, const Router& before, const Router& after,
   std::map<Key, std::map<std::pair<std::string, std::string>, double>> timed;
   for (const MeasurementRecord& r : recs) timed[{r.scale, r.n, r.k, r.m}][{r.backend, r.config}] = r.us;
   std::map<std::pair<int64_t, int64_t>, std::string> label;
-  for (const bench::LayerShape& l : w.layers)
+  for (const tools::LayerShape& l : w.layers)
     label.try_emplace({l.n, l.k}, l.model + "/" + l.layer + " tp" + std::to_string(l.tp));
   size_t changed = 0;
   for (const auto& [key, times] : timed) {

@@ -1,6 +1,6 @@
 // fp8route tune: measure every supported (backend, config) on every problem of a workload with
-// the one method of src/bench/measure.h (all configs of a problem interleaved, after the quick
-// screen of bench::screen_gemms unless --screen 0), append each
+// the one method of src/timing/measure.h (all configs of a problem interleaved, after the quick
+// screen of timing::screen_gemms unless --screen 0), append each
 // problem's measurements to a raw file as it finishes (so an interrupted run resumes where it stopped), and write the routing table built
 // from them, stamped with this machine.
 //
@@ -10,7 +10,7 @@
 // problems with a "done" line are skipped; measurements of an unfinished problem are dropped and it
 // is measured again; a torn last line (the run was killed mid-write) is ignored. With --screen the
 // "done" line also has "screen_pct" and "screened_out": [[backend, config, quick median us], ...],
-// the configs the quick first round dropped (bench::screen_gemms). Their quick times go into the
+// the configs the quick first round dropped (timing::screen_gemms). Their quick times go into the
 // table's measurements too (read_tune_raw does the same on resume): they never win a breakpoint
 // (PCT% behind in their round), but nearest-shape and between-M routing rank every config of a
 // problem, and a config missing at one M would drop out of those rankings. With --final (a near-tie
@@ -29,8 +29,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/args.h"
-#include "bench/gemm_operands.h"
+#include "common/args.h"
+#include "timing/gemm_operands.h"
 #include "commands.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -50,7 +50,7 @@ std::string out_name(DType d) { return std::string(dtype_name(d)); }
 
 int run_tune(const TuneOptions& opt) {
   const Workload w = select_workload(opt.shapes, "all", /*dedupe=*/true);
-  const std::vector<std::string> backends = bench::parse_names(opt.backends);
+  const std::vector<std::string> backends = tools::parse_names(opt.backends);
   for (const std::string& b : backends) gemm_configs(b);  // unknown names fail now, not mid-run
   std::string raw = opt.raw_path;
   if (raw.empty()) {
@@ -98,17 +98,17 @@ int run_tune(const TuneOptions& opt) {
                   : "",
               raw.c_str(),
               done.empty() ? "" : (" (resuming: " + std::to_string(done.size()) + " problems already done)").c_str());
-  const bench::MeasureOptions mo = measure_options(opt.shapes);
+  const timing::MeasureOptions mo = measure_options(opt.shapes);
   size_t seen = 0, measured = 0, failures = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  for (const bench::LayerShape& l : w.layers)
+  for (const tools::LayerShape& l : w.layers)
     for (int64_t m : w.m_grid)
       for (ScaleKind sk : w.scales) {
         ++seen;
         const GemmProblem p = make_problem(m, l.n, l.k, sk, w.out);
         if (done.count({p.scale, p.out, p.n, p.k, p.m})) continue;
-        const int sets = bench::rotation_sets(bench::gemm_call_bytes(p), mo);
-        const bench::GemmOperandSets ops = bench::make_gemm_operands(p, sets, 0x7E57ull * seen);
+        const int sets = timing::rotation_sets(timing::gemm_call_bytes(p), mo);
+        const timing::GemmOperandSets ops = timing::make_gemm_operands(p, sets, 0x7E57ull * seen);
         std::vector<std::pair<std::string, std::string>> choices;
         for (const std::string& b : backends)
           for (const std::string& c : gemm_configs(b))
@@ -118,7 +118,7 @@ int run_tune(const TuneOptions& opt) {
         nlohmann::json screened_out = nlohmann::json::array();
         std::vector<MeasurementRecord> problem;  // this problem's records for the table
         if (opt.screen_pct > 0) {
-          const bench::Screen sc = bench::screen_gemms(ops, choices, mo, opt.screen_pct);
+          const timing::Screen sc = timing::screen_gemms(ops, choices, mo, opt.screen_pct);
           for (size_t i = 0; i < sc.dropped.size(); ++i) {
             screened_out.push_back({sc.dropped[i].first, sc.dropped[i].second, sc.dropped_us[i]});
             problem.push_back({p.scale, p.out, p.n, p.k, p.m, sc.dropped[i].first, sc.dropped[i].second,
@@ -128,7 +128,7 @@ int run_tune(const TuneOptions& opt) {
         }
         // Every config of the problem side by side, replays interleaved (measure.h): clock drift
         // during the run moves them alike instead of favouring whichever ran in a fast phase.
-        std::vector<bench::Measurement> ms = bench::measure_gemms(ops, choices, mo);
+        std::vector<timing::Measurement> ms = timing::measure_gemms(ops, choices, mo);
         // --final: a near-tie (configs within final_pct% of the best) timed once more, only those
         // side by side and with more graph instances: the mix a bench of the routed call runs in,
         // and less noise where the choice is close (bench/results/2026-11-30-routed-v3-h200).
@@ -137,18 +137,18 @@ int run_tune(const TuneOptions& opt) {
         if (opt.final_pct > 0 && opt.final_instances > mo.instances) {
           std::vector<double> us;
           std::vector<bool> failed;
-          for (const bench::Measurement& r : ms) us.push_back(r.median_us), failed.push_back(!r.error.empty());
-          const std::vector<size_t> near = bench::final_round(us, failed, opt.final_pct);
+          for (const timing::Measurement& r : ms) us.push_back(r.median_us), failed.push_back(!r.error.empty());
+          const std::vector<size_t> near = timing::final_round(us, failed, opt.final_pct);
           std::vector<std::pair<std::string, std::string>> again;
           for (size_t i : near) again.push_back(choices[i]);
           // As many timed replays in all as the full round (at least 5 per instance): the instances
           // average out a stream-K graph's speed, and the round costs about one more full round of
           // the near-ties only.
-          bench::MeasureOptions mf = mo;
+          timing::MeasureOptions mf = mo;
           mf.instances = opt.final_instances;
           mf.reps = std::max(5, mo.reps / opt.final_instances);
-          const std::vector<bench::Measurement> ms2 = again.empty() ? std::vector<bench::Measurement>{}
-                                                                    : bench::measure_gemms(ops, again, mf);
+          const std::vector<timing::Measurement> ms2 = again.empty() ? std::vector<timing::Measurement>{}
+                                                                    : timing::measure_gemms(ops, again, mf);
           for (size_t j = 0; j < near.size(); ++j)
             if (ms2[j].error.empty()) {
               full_round_us.push_back(ms[near[j]].median_us);
@@ -158,7 +158,7 @@ int run_tune(const TuneOptions& opt) {
         int timed = 0;
         for (size_t i = 0; i < choices.size(); ++i) {
           const auto& [b, c] = choices[i];
-          const bench::Measurement& r = ms[i];
+          const timing::Measurement& r = ms[i];
           if (!r.error.empty()) {
             std::printf("  %s/%s failed on %s: %s\n", b.c_str(), c.c_str(), to_string(p).c_str(), r.error.c_str());
             ++failures;

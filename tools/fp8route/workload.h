@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/measure.h"
-#include "bench/shapes.h"
+#include "timing/measure.h"
+#include "common/shapes.h"
 #include "commands.h"
 #include "fp8route/dtype.h"
 #include "fp8route/route.h"
@@ -16,7 +16,7 @@
 namespace fp8route::cli {
 
 struct Workload {
-  std::vector<bench::LayerShape> layers;  // distinct (n, k) when deduplicated
+  std::vector<tools::LayerShape> layers;  // distinct (n, k) when deduplicated
   std::vector<int64_t> m_grid;
   std::vector<ScaleKind> scales;
   DType out = DType::bf16;
@@ -29,7 +29,7 @@ struct Workload {
 Workload select_workload(const ShapeOptions& opt, const std::string& default_model, bool dedupe);
 
 // The measurement options of --reps and --instances (the rest at their defaults).
-bench::MeasureOptions measure_options(const ShapeOptions& opt);
+timing::MeasureOptions measure_options(const ShapeOptions& opt);
 
 // probe_shape (route.h) of every layer and scale kind of the workload at po's M, with a progress
 // line per shape: the timings, for Router::with_measurements (bench --probe, probe).

@@ -6,7 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "core/cuda_check.h"
-#include "fp8route/kernels/gemm_reference.cuh"
+#include "gemm/reference/kernel.cuh"
 
 namespace fp8route::gemm {
 namespace {

@@ -21,7 +21,7 @@
 #include "core/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
-#include "fp8route/kernels/gemm_skinny.cuh"
+#include "gemm/skinny/kernel.cuh"
 #include "gemm/backend.h"
 #include "core/workspace.h"
 

@@ -1,13 +1,13 @@
 // Device operands and timing helpers for scaled GEMMs (gemm_operands.h).
 
-#include "bench/gemm_operands.h"
+#include "timing/gemm_operands.h"
 
-#include "bench/fill.cuh"
+#include "timing/fill.cuh"
 #include "core/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 
-namespace fp8route::bench {
+namespace fp8route::timing {
 
 namespace {
 
@@ -170,4 +170,4 @@ Measurement measure_read_floor(const GemmOperandSets& o, const MeasureOptions& o
                  static_cast<int>(o.b.size()), opt);
 }
 
-}  // namespace fp8route::bench
+}  // namespace fp8route::timing

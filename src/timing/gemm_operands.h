@@ -10,11 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "bench/measure.h"
+#include "timing/measure.h"
 #include "fp8route/buffer.h"
 #include "fp8route/gemm.h"
 
-namespace fp8route::bench {
+namespace fp8route::timing {
 
 struct GemmOperandSets {
   std::vector<DeviceBuffer> a, b, out;
@@ -73,4 +73,4 @@ void enqueue_pass_floor(const void* in, int64_t in_bytes, void* out, cudaStream_
 inline double tflops(const GemmProblem& p, double us) { return 2.0 * p.m * p.n * p.k / (us * 1e-6) / 1e12; }
 inline double weight_gbps(const GemmProblem& p, double us) { return double(p.n) * p.k / (us * 1e-6) / 1e9; }
 
-}  // namespace fp8route::bench
+}  // namespace fp8route::timing

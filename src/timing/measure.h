@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace fp8route::bench {
+namespace fp8route::timing {
 
 struct MeasureOptions {
   int warmup = 5;          // untimed graph replays
@@ -61,4 +61,4 @@ std::vector<bool> screen_keep(const std::vector<std::string>& backends, const st
 // least two (a near-tie to settle). Pure, for the CPU tests.
 std::vector<size_t> final_round(const std::vector<double>& us, const std::vector<bool>& failed, double pct);
 
-}  // namespace fp8route::bench
+}  // namespace fp8route::timing

@@ -1,4 +1,4 @@
-#include "bench/measure.h"
+#include "timing/measure.h"
 
 #include <algorithm>
 #include <map>
@@ -11,7 +11,7 @@
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 
-namespace fp8route::bench {
+namespace fp8route::timing {
 
 namespace {
 
@@ -211,4 +211,4 @@ Measurement measure(const Enqueue& enqueue, int sets, const MeasureOptions& opt)
   return m;
 }
 
-}  // namespace fp8route::bench
+}  // namespace fp8route::timing

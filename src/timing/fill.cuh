@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-namespace fp8route::bench {
+namespace fp8route::timing {
 
 __device__ inline uint64_t mix64(uint64_t x) {  // splitmix64
   x += 0x9E3779B97F4A7C15ull;
@@ -67,4 +67,4 @@ __global__ void fill_bias(T* p, int64_t n, uint64_t seed, bool exact) {
 
 inline constexpr int kFillGrid = 1024, kFillBlock = 256;
 
-}  // namespace fp8route::bench
+}  // namespace fp8route::timing

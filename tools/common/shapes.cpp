@@ -1,4 +1,4 @@
-#include "bench/shapes.h"
+#include "common/shapes.h"
 
 #include <algorithm>
 #include <charconv>
@@ -11,7 +11,7 @@
 #include "fp8route/error.h"
 #include "route/data_files.h"
 
-namespace fp8route::bench {
+namespace fp8route::tools {
 
 namespace {
 
@@ -126,4 +126,4 @@ std::vector<LayerShape> at_tp(const std::vector<LayerShape>& layers, int tp) {
   return out;
 }
 
-}  // namespace fp8route::bench
+}  // namespace fp8route::tools

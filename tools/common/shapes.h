@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace fp8route::bench {
+namespace fp8route::tools {
 
 struct LayerShape {
   std::string model, layer;  // "llama-3.1-8b", "down_proj"
@@ -36,4 +36,4 @@ std::vector<LayerShape> load_shape_file(const std::string& path);
 // 'none' stays whole. Layers whose split is not whole are left out.
 std::vector<LayerShape> at_tp(const std::vector<LayerShape>& layers, int tp);
 
-}  // namespace fp8route::bench
+}  // namespace fp8route::tools

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "fp8route/kernels/scale_math.h"
+#include "quant/scale_math.h"
 
 namespace fp8route::kernels {
 

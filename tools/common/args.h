@@ -9,7 +9,7 @@
 
 #include "fp8route/error.h"
 
-namespace fp8route::bench {
+namespace fp8route::tools {
 
 inline std::vector<std::string> parse_names(const std::string& s) {
   std::vector<std::string> v;
@@ -53,4 +53,4 @@ inline std::vector<int64_t> parse_int_list(const std::string& s, const char* opt
   return v;
 }
 
-}  // namespace fp8route::bench
+}  // namespace fp8route::tools
