@@ -1,6 +1,6 @@
 #pragma once
-// The CPU reference of fp8route's arithmetic, written from NUMERICS.md and nothing else. The GPU
-// kernels are tested against it, bit for bit where NUMERICS.md says so. Slow and simple on purpose.
+// The CPU reference of fp8route's arithmetic, written from docs/numerics.md and nothing else. The GPU
+// kernels are tested against it, bit for bit where docs/numerics.md says so. Slow and simple on purpose.
 
 #include <cstdint>
 #include <optional>
@@ -33,7 +33,7 @@ float load_as_f32(const void* data, DType dtype, int64_t i);
 // ---- scales -----------------------------------------------------------------------------------
 
 // Biased exponent e of the smallest power of two >= r (r > 0, finite), clamped to [1, 254]:
-// bit-exact ceil (NUMERICS.md), never exp2(ceil(log2(r))).
+// bit-exact ceil (docs/numerics.md), never exp2(ceil(log2(r))).
 uint8_t ue8m0_ceil(float r);
 float ue8m0_to_f32(uint8_t e);  // 2^(e - 127)
 
@@ -60,7 +60,7 @@ struct QuantOutput {
 QuantOutput per_token_group_quant(const void* x, DType x_dtype, int64_t tokens, int64_t hidden,
                                   int64_t x_row_stride, const GroupQuantSpec& spec);
 
-// silu(gate) * up in fp32, gate = x[t, 0:H], up = x[t, H:2H] (NUMERICS.md, fused path).
+// silu(gate) * up in fp32, gate = x[t, 0:H], up = x[t, H:2H] (docs/numerics.md, fused silu_and_mul).
 float silu_and_mul(float gate, float up);
 // act[T, H] (f32, contiguous) of x[T, 2H] with row stride x_row_stride.
 std::vector<float> silu_and_mul_rows(const void* x, DType x_dtype, int64_t tokens, int64_t hidden,
@@ -80,6 +80,19 @@ std::vector<uint8_t> per_tensor_quant_static(const void* x, DType x_dtype, int64
 // Per-tensor, dynamic: the whole tensor as one group; scales holds the one scale.
 RowQuantOutput per_tensor_quant_dynamic(const void* x, DType x_dtype, int64_t tokens,
                                         int64_t hidden, int64_t x_row_stride, DType code);
+
+// ---- RMSNorm ------------------------------------------------------------------------------------
+
+// RMSNorm of x[T, H] (bf16 or f16, rows `row_stride` elements apart; residual likewise, or null)
+// with weight[H], as docs/numerics.md "RMSNorm" defines it: h = x (+ residual, rounded to the
+// dtype), ss = sum of h^2 in double, inv = float(1 / sqrt(ss / H + eps)) in double,
+// y = dtype(fp32(fp32(h * inv) * w)). Returns the 16-bit words of y [T, H] and of h [T, H]
+// (h only with a residual), contiguous.
+struct RmsNormOutput {
+  std::vector<uint16_t> y, h;
+};
+RmsNormOutput rms_norm(const void* x, const void* residual, int64_t row_stride, const void* weight, DType dtype,
+                       int64_t tokens, int64_t hidden, float eps);
 
 // ---- GEMM ---------------------------------------------------------------------------------------
 

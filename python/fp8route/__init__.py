@@ -17,6 +17,10 @@ from .ops import (
     per_token_group_quant,
     per_token_quant,
     quant_layout,
+    rms_norm,
+    rms_norm_per_tensor_quant,
+    rms_norm_per_token_group_quant,
+    rms_norm_per_token_quant,
     scaled_mm,
     scatter_per_token_group_quant,
     silu_and_mul_per_token_group_quant,
@@ -40,7 +44,8 @@ __all__ = [
     "explain", "load_table", "save_table", "probe", "table_info", "quant_layout", "per_token_group_quant",
     "silu_and_mul_per_token_group_quant", "masked_per_token_group_quant",
     "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "per_token_quant",
-    "per_tensor_quant", "scaled_mm", "__version__",
+    "per_tensor_quant", "rms_norm", "rms_norm_per_token_group_quant", "rms_norm_per_token_quant",
+    "rms_norm_per_tensor_quant", "scaled_mm", "__version__",
 ]
 
 try:  # torch is optional: the ops above work on any DLPack tensor given out= buffers.

@@ -132,6 +132,58 @@ def per_tensor_quant(x, scale=None, dtype="e4m3", out=None):
     return q, scale
 
 
+def _norm_call(x, weight, eps, residual, residual_out, q, s, quant, group_size=128, dtype="e4m3", rounding="none",
+               storage="f32", layout="row_major"):
+    _check_ndim(x, 2, "x", "[T, H]")
+    if residual is not None and residual_out is None:
+        residual_out = _empty(x, x.shape, _name_of(x))
+    has = residual is not None
+    lib.rms_norm(x, weight, float(eps), has, residual if has else x, residual_out if has else x, _bits(q), s, quant,
+                 group_size, dtype, rounding, storage, layout)
+    return residual_out
+
+
+def _name_of(x):
+    return {torch.bfloat16: "bf16", torch.float16: "f16"}.get(x.dtype, "bf16") if _is_torch(x) else "bf16"
+
+
+def rms_norm(x, weight, eps=1e-6, residual=None, out=None, residual_out=None):
+    """y = rms_norm(h) * weight with h = x, or h = x + residual (rounded to x's dtype) when residual
+    is given: x, residual [T, H] bf16/f16, weight [H]. Returns y, or (y, h) with a residual.
+    out=x and residual_out=residual are allowed (in place, as engines' fused_add_rms_norm)."""
+    y = out if out is not None else _empty(x, x.shape, _name_of(x))
+    h = _norm_call(x, weight, eps, residual, residual_out, y, x, "none")
+    return y if residual is None else (y, h)
+
+
+def rms_norm_per_token_group_quant(x, weight, eps=1e-6, residual=None, residual_out=None, group_size=128,
+                                   dtype="e4m3", rounding="none", storage="f32", layout="row_major", out=None):
+    """rms_norm (as rms_norm()) fused with per_token_group_quant of its output: (q, s), or (q, s, h)
+    with a residual. Codes and scales equal rms_norm() then per_token_group_quant(), bit for bit."""
+    _check_ndim(x, 2, "x", "[T, H]")
+    q, s = _group_outputs(x, x.shape[0], x.shape[1], 0, group_size, dtype, rounding, storage, layout, out)
+    h = _norm_call(x, weight, eps, residual, residual_out, q, s, "group", group_size, dtype, rounding, storage, layout)
+    return (q, s) if residual is None else (q, s, h)
+
+
+def rms_norm_per_token_quant(x, weight, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", rounding="none",
+                             out=None):
+    """rms_norm fused with per_token_quant: (q [T, H], s f32 [T]), or (q, s, h) with a residual."""
+    _check_ndim(x, 2, "x", "[T, H]")
+    q, s = out if out is not None else (_empty(x, x.shape, _CODE_DTYPES[dtype]), _empty(x, (x.shape[0],), "f32"))
+    h = _norm_call(x, weight, eps, residual, residual_out, q, s, "token", dtype=dtype, rounding=rounding)
+    return (q, s) if residual is None else (q, s, h)
+
+
+def rms_norm_per_tensor_quant(x, weight, scale, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", out=None):
+    """rms_norm fused with per-tensor quant by a static scale (f32 [1] on the device): q, or (q, h)
+    with a residual. (A dynamic scale needs the whole tensor first: rms_norm() then per_tensor_quant().)"""
+    _check_ndim(x, 2, "x", "[T, H]")
+    q = out if out is not None else _empty(x, x.shape, _CODE_DTYPES[dtype])
+    h = _norm_call(x, weight, eps, residual, residual_out, q, scale, "tensor_static", dtype=dtype)
+    return q if residual is None else (q, h)
+
+
 def _scale_kind(scale_a, scale_b, scale):
     if scale is not None:
         return scale

@@ -1,6 +1,7 @@
 """fp8route ops registered with torch.library (imported by fp8route when torch is installed).
 
-torch.ops.fp8route.scaled_mm, .per_token_group_quant, .per_token_quant and .linear are custom ops with
+torch.ops.fp8route.scaled_mm, .per_token_group_quant, .per_token_quant, .rms_norm,
+.rms_norm_per_token_group_quant, .rms_norm_per_token_quant and .linear are custom ops with
 fake (meta) implementations, so torch.compile traces them without running them and CUDA graphs
 capture them like any op (a call under capture gets scratch owned by the graph being captured,
 allocated in relaxed capture mode as PyTorch's allocator does)."""
@@ -40,6 +41,10 @@ def per_token_group_quant(x: torch.Tensor, group_size: int, dtype: str, rounding
 
 @per_token_group_quant.register_fake
 def _(x, group_size, dtype, rounding, storage, layout, fused):
+    return _group_fake(x, group_size, dtype, storage, layout, fused)
+
+
+def _group_fake(x, group_size, dtype, storage, layout, fused=False):
     h = x.shape[1] // 2 if fused else x.shape[1]
     # Shapes depend on T only through align(T, 4) of col_major_tma; symbolic T is fine elsewhere.
     groups = h // group_size
@@ -59,6 +64,55 @@ def per_token_quant(x: torch.Tensor, dtype: str, rounding: str) -> Tuple[torch.T
 @per_token_quant.register_fake
 def _(x, dtype, rounding):
     return x.new_empty(x.shape, dtype=_CODE[dtype]), x.new_empty((x.shape[0],), dtype=torch.float32)
+
+
+def _norm_h(x, residual):
+    """The residual sum returned by the fused norm ops: x-shaped, or [0, H] without a residual."""
+    return x.new_empty(x.shape if residual is not None else (0, x.shape[1]))
+
+
+@torch.library.custom_op("fp8route::rms_norm", mutates_args=())
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             residual: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(y, h): y = rms_norm(h) * weight, h = x (+ residual); h is [0, H] without a residual."""
+    if residual is None:
+        return ops.rms_norm(x, weight, eps), _norm_h(x, None)
+    return ops.rms_norm(x, weight, eps, residual=residual)
+
+
+@rms_norm.register_fake
+def _(x, weight, eps, residual):
+    return x.new_empty(x.shape), _norm_h(x, residual)
+
+
+@torch.library.custom_op("fp8route::rms_norm_per_token_group_quant", mutates_args=())
+def rms_norm_per_token_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                                   residual: Optional[torch.Tensor], group_size: int, dtype: str, rounding: str,
+                                   storage: str, layout: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, s, h): the fused rms_norm -> per-token-group quant; h is [0, H] without a residual."""
+    r = ops.rms_norm_per_token_group_quant(x, weight, eps, residual=residual, group_size=group_size, dtype=dtype,
+                                           rounding=rounding, storage=storage, layout=layout)
+    return r if residual is not None else (*r, _norm_h(x, None))
+
+
+@rms_norm_per_token_group_quant.register_fake
+def _(x, weight, eps, residual, group_size, dtype, rounding, storage, layout):
+    q, s = _group_fake(x, group_size, dtype, storage, layout)
+    return q, s, _norm_h(x, residual)
+
+
+@torch.library.custom_op("fp8route::rms_norm_per_token_quant", mutates_args=())
+def rms_norm_per_token_quant(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor],
+                             dtype: str, rounding: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, s, h): the fused rms_norm -> per-token quant; h is [0, H] without a residual."""
+    r = ops.rms_norm_per_token_quant(x, weight, eps, residual=residual, dtype=dtype, rounding=rounding)
+    return r if residual is not None else (*r, _norm_h(x, None))
+
+
+@rms_norm_per_token_quant.register_fake
+def _(x, weight, eps, residual, dtype, rounding):
+    return (x.new_empty(x.shape, dtype=_CODE[dtype]), x.new_empty((x.shape[0],), dtype=torch.float32),
+            _norm_h(x, residual))
 
 
 @torch.library.custom_op("fp8route::linear", mutates_args=())

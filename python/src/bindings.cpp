@@ -12,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -27,6 +28,7 @@
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/linear.h"
+#include "fp8route/norm.h"
 #include "fp8route/quant.h"
 #include "fp8route/quant_layout.h"
 #include "fp8route/route.h"
@@ -213,6 +215,41 @@ void per_tensor_quant(FfiTensor x, FfiTensor q, FfiTensor scale, bool dynamic) {
       fp8route::per_tensor_quant_dynamic(view(x, "x"), view(q, "q"), view(scale, "scale"), stream_of(x));
     else
       fp8route::per_tensor_quant_static(view(x, "x"), view(scale, "scale"), view(q, "q"), stream_of(x));
+  });
+}
+
+fp8route::RmsNormInput norm_input(const FfiTensor& x, const FfiTensor& weight, double eps, bool has_residual,
+                                  const FfiTensor& residual, const FfiTensor& residual_out) {
+  FP8ROUTE_CHECK(std::isfinite(eps) && eps >= 0 && eps <= 3.4e38, "eps: must be finite, >= 0 and fit a float, got " << eps);
+  fp8route::RmsNormInput in{view(x, "x"), view(weight, "weight"), static_cast<float>(eps), {}, {}};
+  if (has_residual) {
+    in.residual = view(residual, "residual");
+    in.residual_out = view(residual_out, "residual_out");
+  }
+  return in;
+}
+
+// RMSNorm (quant = "none": out = the normalized values) or RMSNorm fused with a quantization:
+// "group" (q, s of the spec), "token" (q, s f32 [T]), "tensor_static" (s is the static scale).
+void rms_norm(FfiTensor x, FfiTensor weight, double eps, bool has_residual, FfiTensor residual,
+              FfiTensor residual_out, FfiTensor q, FfiTensor s, String quant, int64_t group_size, String code,
+              String rounding, String storage, String layout) {
+  guarded([&] {
+    const DeviceGuard device(x);
+    const auto in = norm_input(x, weight, eps, has_residual, residual, residual_out);
+    const std::string kind(quant);
+    if (kind == "none")
+      fp8route::rms_norm(in, view(q, "out"), stream_of(x));
+    else if (kind == "group")
+      fp8route::rms_norm_per_token_group_quant(in, spec_of(group_size, code, rounding, storage, layout), view(q, "q"),
+                                               view(s, "s"), stream_of(x));
+    else if (kind == "token")
+      fp8route::rms_norm_per_token_quant(in, view(q, "q"), view(s, "s"), fp8route::parse_rounding(std::string(rounding)),
+                                         stream_of(x));
+    else if (kind == "tensor_static")
+      fp8route::rms_norm_per_tensor_quant_static(in, view(s, "scale"), view(q, "q"), stream_of(x));
+    else
+      FP8ROUTE_CHECK(false, "quant: expected none, group, token or tensor_static, got '" << kind << "'");
   });
 }
 
@@ -477,6 +514,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(masked_per_token_group_quant, masked_per_token_gro
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scatter_per_token_group_quant, scatter_per_token_group_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_token_quant, per_token_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_tensor_quant, per_tensor_quant);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(rms_norm, rms_norm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm, scaled_mm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm_bias, scaled_mm_bias);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(explain, explain);

@@ -1,5 +1,5 @@
 #pragma once
-// Device code of the quantization family (NUMERICS.md). Launchers: src/quant/quant.cu.
+// Device code of the quantization family (docs/numerics.md). Launchers: src/quant/quant.cu.
 //
 // One kernel serves per-token-group quant, its fused silu_and_mul form, the masked EP-MoE form and
 // the MoE scatter form: the forms differ only in which rows are read and where a group's codes and
@@ -92,13 +92,13 @@ __device__ __forceinline__ void load_vec8(const T* p, float (&v)[kQuantVec]) {
   to_float8(load_raw8(p), v);
 }
 
-// |v| if finite, else 0: the amax of NUMERICS.md is over the finite elements only.
+// |v| if finite, else 0: the amax of docs/numerics.md is over the finite elements only.
 __device__ __forceinline__ float finite_abs(float v) {
   const float a = fabsf(v);
   return a <= FLT_MAX ? a : 0.0f;
 }
 
-// The fused path has a tolerance (NUMERICS.md: scales within 1e-6 relative), not bit-exactness:
+// The fused path has a tolerance (docs/numerics.md: scales within 1e-6 relative), not bit-exactness:
 // expf (not __expf: that one is several ulp off for large |gate| and flushes denormals) and the
 // hardware reciprocal of 1 + exp(-gate) times gate (2 ulp; what __fdividef computes, without its
 // rescaling of denominators below FLT_MIN, which 1 + exp(-gate) >= 1 never is; a denominator above
@@ -164,7 +164,7 @@ __device__ __forceinline__ CodeWord<N> encode(const float (&x)[N], float m, bool
       w[i / 4] |= static_cast<uint32_t>(p) << (8 * (i % 4));
     }
     // A NaN input converts to the NaN code 0x7F / 0xFF, the only codes whose low seven bits are
-    // all set; NUMERICS.md wants 0 there. Fixed on the packed bytes: 3 instructions per 4 codes
+    // all set; docs/numerics.md has 0 there. Fixed on the packed bytes: 3 instructions per 4 codes
     // instead of a test per element.
     if (may_have_nan) {
 #pragma unroll
@@ -445,18 +445,6 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
         store_scale(static_cast<uint32_t*>(p.s) + dst * p.s_stride_t, static_cast<uint32_t>(p.s_stride_c), p.groups,
                     packed, c, sm);
     }
-  }
-}
-
-// Scatter: owner[d] = the largest entry i = t * topk + j with src2dst[i] = d, over owner preset to
-// -1, so that a destination row several entries name is written by exactly one of them.
-constexpr int kOwnerThreads = 256;
-__global__ void __launch_bounds__(kOwnerThreads) scatter_owner_kernel(const int32_t* src2dst, int32_t entries, int32_t rows,
-                                                            int32_t* owner) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < entries;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int32_t d = src2dst[i];
-    if (d >= 0 && d < rows) atomicMax(owner + d, static_cast<int32_t>(i));
   }
 }
 
@@ -772,20 +760,6 @@ __global__ void __launch_bounds__(kClusterThreads) tensor_quant_cluster_kernel(c
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.s = sm.scale;
-}
-
-// Test support: counts the floats a in [first, end) (bit patterns) where the scale divisions of
-// make_scale differ from __fdiv_rn (GroupQuantGpu.ScaleDivisionsExactOverTheWholeRange).
-__global__ void scale_division_mismatch_kernel(float qmax, uint32_t first, uint32_t end,
-                                               unsigned long long* mismatches) {
-  unsigned long long bad = 0;
-  for (uint64_t b = first + static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < end;
-       b += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    const float a = __uint_as_float(static_cast<uint32_t>(b));
-    bad += __float_as_uint(qmax_div(qmax, a)) != __float_as_uint(__fdiv_rn(qmax, a));
-    bad += __float_as_uint(div_by_qmax(a, qmax)) != __float_as_uint(__fdiv_rn(a, qmax));
-  }
-  if (bad) atomicAdd(mismatches, bad);
 }
 
 }  // namespace fp8route::kernels

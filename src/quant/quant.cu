@@ -17,6 +17,38 @@
 #include "fp8route/quant.h"
 #include "quant/quant_internal.h"
 
+namespace fp8route::kernels {
+
+// Non-template kernels live here, not in kernel.cuh: that header is included by more than one
+// translation unit.
+// Scatter: owner[d] = the largest entry i = t * topk + j with src2dst[i] = d, over owner preset to
+// -1, so that a destination row several entries name is written by exactly one of them.
+constexpr int kOwnerThreads = 256;
+__global__ void __launch_bounds__(kOwnerThreads) scatter_owner_kernel(const int32_t* src2dst, int32_t entries, int32_t rows,
+                                                            int32_t* owner) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < entries;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t d = src2dst[i];
+    if (d >= 0 && d < rows) atomicMax(owner + d, static_cast<int32_t>(i));
+  }
+}
+
+// Test support: counts the floats a in [first, end) (bit patterns) where the scale divisions of
+// make_scale differ from __fdiv_rn (GroupQuantGpu.ScaleDivisionsExactOverTheWholeRange).
+__global__ void scale_division_mismatch_kernel(float qmax, uint32_t first, uint32_t end,
+                                               unsigned long long* mismatches) {
+  unsigned long long bad = 0;
+  for (uint64_t b = first + static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < end;
+       b += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float a = __uint_as_float(static_cast<uint32_t>(b));
+    bad += __float_as_uint(qmax_div(qmax, a)) != __float_as_uint(__fdiv_rn(qmax, a));
+    bad += __float_as_uint(div_by_qmax(a, qmax)) != __float_as_uint(__fdiv_rn(a, qmax));
+  }
+  if (bad) atomicAdd(mismatches, bad);
+}
+
+}  // namespace fp8route::kernels
+
 namespace fp8route {
 
 using detail::check_aligned;
