@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/griddep.cuh"
 #include "quant/scale_math.h"
 
 namespace fp8route::kernels {
@@ -365,6 +366,8 @@ constexpr int kGroupThreads = 256;
 // latency notices: the row's setup is a few instructions instead of the general form's.
 template <class InT, int kGroup, bool kFused, int kItems, GroupEnc kEnc, bool kPlain>
 __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQuantParams p) {
+  griddep_launch_dependents();  // PDL (core/griddep.cuh): everything below may read the previous kernel's output
+  griddep_wait();
   constexpr int kLanes = GroupTraits<kGroup>::kLanes;
   const bool int8 = kEnc == GroupEnc::generic && p.int8;
   const bool pow2 = kEnc == GroupEnc::generic ? p.pow2 : kEnc == GroupEnc::e4m3_ue8m0;
@@ -480,6 +483,8 @@ struct DecodeQuantParams {  // 56 bytes
 
 template <class InT, int kGroup, bool kFused, GroupEnc kEnc>
 __global__ void __launch_bounds__(kGroupThreads) group_quant_decode_kernel(const DecodeQuantParams p) {
+  griddep_launch_dependents();  // PDL (core/griddep.cuh): everything below may read the previous kernel's output
+  griddep_wait();
   static_assert(kEnc != GroupEnc::generic, "the decode kernel has the two E4M3 encodings");
   constexpr bool kPacked = kEnc == GroupEnc::e4m3_ue8m0;
   using Traits = GroupTraits<kGroup, kDecodeVec>;
@@ -565,6 +570,8 @@ constexpr int kTokenRegVecs = 4;
 
 template <class InT>
 __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQuantParams p) {
+  griddep_launch_dependents();  // PDL (core/griddep.cuh): everything below may read the previous kernel's output
+  griddep_wait();
   __shared__ float smem[32];
   const int64_t t = blockIdx.x;
   const InT* row = static_cast<const InT*>(p.x) + t * p.x_stride_t;
@@ -659,6 +666,8 @@ struct TensorAmaxWorkspace {
 template <class InT>
 __global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuantParams p,
                                                                   TensorAmaxWorkspace* ws) {
+  griddep_launch_dependents();
+  griddep_wait();
   __shared__ float smem[32];
   float amax = 0.0f;
   for_each_vector<InT>(p, [&](int64_t, int64_t, const float (&x)[kQuantVec]) {
@@ -682,6 +691,8 @@ __global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuant
 template <class InT, bool kStatic>
 __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuantParams p,
                                                                    const float* multiplier) {
+  griddep_launch_dependents();
+  griddep_wait();
   float m = 1.0f, s = 1.0f;
   if constexpr (kStatic) s = *p.static_scale;
   else m = *multiplier;
@@ -708,6 +719,8 @@ constexpr int kClusterVecs = sizeof(InT) == 4 ? 4 : 8;  // 32 registers of loads
 template <class InT>
 __global__ void __launch_bounds__(kClusterThreads) tensor_quant_cluster_kernel(const RowQuantParams p,
                                                                                int per_thread) {
+  griddep_launch_dependents();
+  griddep_wait();
   constexpr int kVecs = kClusterVecs<InT>;
   __shared__ float smem[32];
   __shared__ float block_amax;

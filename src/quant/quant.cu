@@ -97,6 +97,10 @@ int g_force_vec = 0;
 // (smaller ones may take the one-block path first; larger ones, two launches). detail::set_tensor_cluster_max_vecs lets the benchmark move it.
 int64_t g_cluster_max_vecs = 4096;
 
+// Every quant kernel is launched with programmatic dependent launch (core/launch.h): it may start
+// while the previous kernel finishes and waits (griddep_wait) before its first read.
+LaunchShape pdl_shape(dim3 grid, dim3 block) { return LaunchShape{grid, block, 0, dim3(0, 0, 0), true}; }
+
 int group_items(int64_t rows, int64_t vecs_per_row) {
   if (g_force_items) return g_force_items;
   const int64_t resident_threads = static_cast<int64_t>(device_info(-1).sm_count) * 2048;
@@ -167,9 +171,9 @@ void launch_group_decode(const GroupQuantParams& g, int64_t rows, cudaStream_t s
   const auto [chunks, tpr] = row_chunks(p.vecs, g_group_threads ? g_group_threads : kernels::kGroupThreads, kUnit);
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(rows));
   if (group_enc(g) == GroupEnc::e4m3_ue8m0)
-    kernels::group_quant_decode_kernel<InT, kGroup, kFused, GroupEnc::e4m3_ue8m0><<<grid, tpr, 0, stream>>>(p);
+    launch_kernel(kernels::group_quant_decode_kernel<InT, kGroup, kFused, GroupEnc::e4m3_ue8m0>, pdl_shape(grid, tpr), stream, p);
   else
-    kernels::group_quant_decode_kernel<InT, kGroup, kFused, GroupEnc::e4m3_f32><<<grid, tpr, 0, stream>>>(p);
+    launch_kernel(kernels::group_quant_decode_kernel<InT, kGroup, kFused, GroupEnc::e4m3_f32>, pdl_shape(grid, tpr), stream, p);
   FP8ROUTE_CHECK_LAUNCH();
 }
 
@@ -199,14 +203,14 @@ void launch_group(const GroupQuantParams& p, int64_t rows, cudaStream_t stream) 
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks)), block(tpr, rows_per_block);
   const bool plain = plain_launch(p);
   auto launch = [&]<GroupEnc kEnc>() {
-    if (plain) kernels::group_quant_kernel<InT, kGroup, kFused, kItems, kEnc, true><<<grid, block, 0, stream>>>(p);
-    else kernels::group_quant_kernel<InT, kGroup, kFused, kItems, kEnc, false><<<grid, block, 0, stream>>>(p);
+    if (plain) launch_kernel(kernels::group_quant_kernel<InT, kGroup, kFused, kItems, kEnc, true>, pdl_shape(grid, block), stream, p);
+    else launch_kernel(kernels::group_quant_kernel<InT, kGroup, kFused, kItems, kEnc, false>, pdl_shape(grid, block), stream, p);
   };
   const GroupEnc enc = group_enc(p);
   if (enc == GroupEnc::e4m3_f32) launch.template operator()<GroupEnc::e4m3_f32>();
   else if (enc == GroupEnc::e4m3_ue8m0) launch.template operator()<GroupEnc::e4m3_ue8m0>();
   else
-    kernels::group_quant_kernel<InT, kGroup, kFused, kItems, GroupEnc::generic, false><<<grid, block, 0, stream>>>(p);
+    launch_kernel(kernels::group_quant_kernel<InT, kGroup, kFused, kItems, GroupEnc::generic, false>, pdl_shape(grid, block), stream, p);
   FP8ROUTE_CHECK_LAUNCH();
 }
 
@@ -546,7 +550,7 @@ void per_token_quant(const TensorView& x, const TensorView& q, const TensorView&
   p.s = static_cast<float*>(s.data);
   p.pow2 = rounding == ScaleRounding::pow2;
   dispatch_float(x.dtype, [&]<class InT>() {
-    kernels::per_token_quant_kernel<InT><<<static_cast<unsigned>(x.size(0)), kernels::kRowThreads, 0, stream>>>(p);
+    launch_kernel(kernels::per_token_quant_kernel<InT>, pdl_shape(dim3(static_cast<unsigned>(x.size(0))), kernels::kRowThreads), stream, p);
     FP8ROUTE_CHECK_LAUNCH();
   });
 }
@@ -562,7 +566,8 @@ void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const
   RowQuantParams p = row_params(x, q);
   p.static_scale = static_cast<const float*>(scale.data);
   dispatch_float(x.dtype, [&]<class InT>() {
-    kernels::tensor_quant_kernel<InT, true><<<tensor_blocks(p), kernels::kRowThreads, 0, stream>>>(p, nullptr);
+    launch_kernel(kernels::tensor_quant_kernel<InT, true>, pdl_shape(dim3(tensor_blocks(p)), kernels::kRowThreads), stream, p,
+                static_cast<const float*>(nullptr));
     FP8ROUTE_CHECK_LAUNCH();
   });
 }
@@ -577,7 +582,7 @@ template <class InT>
 void tensor_dynamic_one_block(RowQuantParams p, int64_t numel, cudaStream_t stream) {
   p.rows = 1;
   p.hidden = p.x_stride_t = numel;
-  kernels::per_token_quant_kernel<InT><<<1, kernels::kRowThreads, 0, stream>>>(p);
+  launch_kernel(kernels::per_token_quant_kernel<InT>, pdl_shape(dim3(1), kernels::kRowThreads), stream, p);
   FP8ROUTE_CHECK_LAUNCH();
 }
 
@@ -591,7 +596,7 @@ void tensor_dynamic_cluster(const RowQuantParams& p, int64_t vecs, cudaStream_t 
       static_cast<int>((vecs + blocks * kernels::kClusterThreads - 1) / (blocks * kernels::kClusterThreads));
   launch_kernel(kernels::tensor_quant_cluster_kernel<InT>,
                 LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kernels::kClusterThreads), 0,
-                            dim3(static_cast<unsigned>(blocks))},
+                            dim3(static_cast<unsigned>(blocks)), true},
                 stream, p, per_thread);
 }
 
@@ -607,10 +612,11 @@ void tensor_dynamic_two_launches(const RowQuantParams& p, cudaStream_t stream) {
   auto* ws = static_cast<kernels::TensorAmaxWorkspace*>(
       workspaces.get(dev, sizeof(kernels::TensorAmaxWorkspace), stream, "per_tensor_quant_dynamic"));
   const unsigned blocks = tensor_blocks(p);
-  kernels::tensor_amax_kernel<InT><<<blocks, kernels::kRowThreads, 0, stream>>>(p, ws);
+  launch_kernel(kernels::tensor_amax_kernel<InT>, pdl_shape(dim3(blocks), kernels::kRowThreads), stream, p, ws);
   FP8ROUTE_CHECK_LAUNCH();
   if (p.rows > 0) {
-    kernels::tensor_quant_kernel<InT, false><<<blocks, kernels::kRowThreads, 0, stream>>>(p, &ws->multiplier);
+    launch_kernel(kernels::tensor_quant_kernel<InT, false>, pdl_shape(dim3(blocks), kernels::kRowThreads), stream, p,
+                  static_cast<const float*>(&ws->multiplier));
     FP8ROUTE_CHECK_LAUNCH();
   }
 }
