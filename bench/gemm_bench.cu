@@ -2,8 +2,9 @@
 // the models.json layer shapes and an M grid, with the one method of src/timing/measure.h
 // (CUDA-graph replay, operands rotated through >= 3x L2, median of >= 20). Prints a table per
 // problem (best config of each backend, the ratio of the best non-cuBLASLt backend to cuBLASLt)
-// and writes every measurement as a JSON record. --floor adds the weight-read floor: a kernel that
-// only reads the N x K weight bytes, timed the same way, as backend "floor", config "read".
+// and writes every measurement as a JSON record (--json) or a CSV row (--csv). --floor adds the
+// weight-read floor: a kernel that only reads the N x K weight bytes, timed the same way, as backend
+// "floor", config "read". Exit codes as the fp8route tool's (tools/common/exit_codes.h).
 
 #include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
@@ -20,6 +21,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/args.h"
+#include "common/cli_validators.h"
+#include "common/exit_codes.h"
+#include "common/records.h"
 #include "timing/gemm_operands.h"
 #include "timing/measure.h"
 #include "common/shapes.h"
@@ -44,13 +48,18 @@ struct Row {
 
 constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;  // M, N, K of a GEMM (gemm.h)
 
+// The JSON records' fields, in order, for --csv.
+const std::vector<std::string> kCsvColumns = {"model", "layer", "tp", "m", "n", "k", "scale", "out", "bias",
+                                              "backend", "config", "us", "min_us", "max_us", "sets", "tflops",
+                                              "weight_gbps"};
+
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"fp8route GEMM benchmark: every backend and config side by side on models.json shapes"};
   std::string models, tps = "1", ms, scales = "tensor,row,block", backends = "cublaslt,cutlass_sm90,skinny,decode";
-  std::string out_name = "bf16", json_path, catalog = tools::default_catalog_path(), shapes;
+  std::string out_name = "bf16", json_path, csv_path, catalog = tools::default_catalog_path(), shapes;
   bool bias = false, with_floor = false;
   int reps = 20;
   int64_t scale_offset = 0;
@@ -58,15 +67,24 @@ int main(int argc, char** argv) {
   app.add_option("--tp", tps, "tensor-parallel degrees, comma-separated")->capture_default_str();
   app.add_option("--m", ms, "M values, comma-separated (default: the catalog's m_grid)");
   app.add_option("--shapes", shapes, "explicit N:K pairs instead of models, e.g. 4096:14336,2112:7168");
-  app.add_option("--scale", scales, "scale kinds")->capture_default_str();
+  app.add_option("--scale", scales, "scale kinds")
+      ->capture_default_str()
+      ->check(tools::name_list({"tensor", "row", "block"}));
   app.add_option("--backend", backends,
                  "backends to time (reference is slow; add it by name; 'routed' times the routed scaled_mm)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(tools::name_list([] {
+        std::vector<std::string> names = gemm_backends();
+        names.push_back("routed");
+        return names;
+      }()));
   app.add_option("--scale-offset", scale_offset,
                  "scale_a, scale_b and bias start this many elements into their buffers (a slice of a larger tensor)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
-  app.add_option("--out", out_name, "output dtype bf16 or f16")->capture_default_str();
+  app.add_option("--out", out_name, "output dtype bf16 or f16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "f16"}));
   app.add_flag("--bias", bias, "add a bias vector");
   app.add_flag("--floor", with_floor, "also time a kernel that only reads the weight (backend floor, config read)");
   app.add_option("--reps", reps, "timed graph replays (median reported)")
@@ -74,13 +92,18 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--catalog", catalog, "shape catalog")->capture_default_str();
   app.add_option("--json", json_path, "write every measurement here");
+  app.add_option("--csv", csv_path, "write every measurement here as CSV: a header row, one row per --json record");
+  app.footer("Examples:\n"
+             "  gemm_bench --model llama-3.1-8b --m 1,16,128,1024 --json gemm.json\n"
+             "  gemm_bench --shapes 4096:14336 --scale row --backend cublaslt,cutlass_sm90,routed --csv gemm.csv\n"
+             "\nExit codes: 0 success; 1 a failure while running; 2 an invalid argument or file, or no GPU");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // a bad option exits 2, like the checks below
+    return app.exit(e) == 0 ? tools::kExitOk : tools::kExitUsage;  // a bad option, like the checks below
   }
 
-  try {
+  return tools::run_reporting_errors("gemm_bench", [&] {
     // Every option is checked before the GPU is looked for.
     const std::vector<int64_t> tp_list = tools::parse_int_list(tps, "--tp", 1, 1024);
     const std::vector<int64_t> m_list = ms.empty() ? std::vector<int64_t>{} : tools::parse_int_list(ms, "--m", 1, kMaxDim);
@@ -91,10 +114,10 @@ int main(int argc, char** argv) {
       nk_list.emplace_back(tools::parse_int_list(nk.substr(0, colon), "--shapes (N)", 1, kMaxDim).at(0),
                            tools::parse_int_list(nk.substr(colon + 1), "--shapes (K)", 1, kMaxDim).at(0));
     }
-    if (cuda_device_count() == 0) {
-      std::fprintf(stderr, "gemm_bench: no GPU (%s)\n", cuda_unavailable_reason().c_str());
-      return 2;
-    }
+    if (!json_path.empty()) tools::check_writable(json_path, "--json");
+    if (!csv_path.empty()) tools::check_writable(csv_path, "--csv");
+    FP8ROUTE_CHECK_CAT(cuda_device_count() > 0, ErrorCategory::unsupported,
+                       "gemm_bench needs a GPU: " << cuda_unavailable_reason());
     const tools::ShapeCatalog cat = tools::load_catalog(catalog);
     // Layers: one per distinct (n, k), labelled by the first model/layer that has it.
     std::vector<tools::LayerShape> layers;
@@ -118,6 +141,9 @@ int main(int argc, char** argv) {
     const DeviceInfo& dev = device_info(0);
     std::printf("fp8route gemm_bench on %s (%d SMs): %zu layer shapes x %zu M x %s scales\n",
                 dev.name.c_str(), dev.sm_count, layers.size(), m_grid.size(), scales.c_str());
+    std::printf("per problem, each backend's fastest config (vs cublaslt: cuBLASLt's time / its own)\n");
+    // Rows fit 120 columns with the longest backend/config name (a routed CUTLASS config, 61).
+    std::printf("    %-12s %9s %8s %7s %11s  %s\n", "backend", "us", "TFLOP/s", "GB/s", "vs cublaslt", "config");
     const size_t total = layers.size() * m_grid.size() * tools::parse_names(scales).size();
     size_t done = 0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -159,18 +185,20 @@ int main(int argc, char** argv) {
           }
           ++done;
           const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          std::printf("[%zu/%zu %.0fs, eta %.0fs] %-28s %s\n", done, total, el, el / done * (total - done),
-                      (l.model + "/" + l.layer + " tp" + std::to_string(l.tp)).c_str(), to_string(p).c_str());
+          std::printf("[%zu/%zu, eta %.0fs] %s/%s tp%d  %s\n", done, total, el / done * (total - done),
+                      l.model.c_str(), l.layer.c_str(), l.tp, to_string(p).c_str());
           const double lt = best.count("cublaslt") ? best["cublaslt"].m.median_us : 0;
-          for (const auto& [b, r] : best)
-            std::printf("    %-13s %9.2f us %7.1f TFLOP/s %6.0f GB/s  %-44s%s\n", b.c_str(), r.m.median_us,
-                        timing::tflops(p, r.m.median_us), timing::weight_gbps(p, r.m.median_us), r.config.c_str(),
-                        lt > 0 && b != "cublaslt" ? (" x" + std::to_string(lt / r.m.median_us).substr(0, 5) + " vs cublaslt").c_str() : "");
+          for (const auto& [b, r] : best) {
+            char vs[32] = "";
+            if (lt > 0 && b != "cublaslt") std::snprintf(vs, sizeof vs, "%.3fx", lt / r.m.median_us);
+            std::printf("    %-12s %9.2f %8.1f %7.0f %11s  %s\n", b.c_str(), r.m.median_us,
+                        timing::tflops(p, r.m.median_us), timing::weight_gbps(p, r.m.median_us), vs, r.config.c_str());
+          }
           std::fflush(stdout);
         }
       }
     }
-    if (!json_path.empty()) {
+    if (!json_path.empty() || !csv_path.empty()) {
       nlohmann::json j = nlohmann::json::array();
       for (const Row& r : rows)
         j.push_back({{"model", r.model}, {"layer", r.layer}, {"tp", r.tp}, {"m", r.p.m}, {"n", r.p.n},
@@ -178,12 +206,11 @@ int main(int argc, char** argv) {
                      {"bias", r.p.bias}, {"backend", r.backend}, {"config", r.config},
                      {"us", r.m.median_us}, {"min_us", r.m.min_us}, {"max_us", r.m.max_us}, {"sets", r.m.sets},
                      {"tflops", timing::tflops(r.p, r.m.median_us)}, {"weight_gbps", timing::weight_gbps(r.p, r.m.median_us)}});
-      std::ofstream(json_path) << j.dump(1) << "\n";
-      std::printf("wrote %zu records to %s\n", rows.size(), json_path.c_str());
+      if (!json_path.empty()) tools::write_file_atomically(json_path, tools::json_text(j), "--json");
+      if (!csv_path.empty()) tools::write_file_atomically(csv_path, tools::csv_text(j, kCsvColumns), "--csv");
+      for (const std::string& path : {json_path, csv_path})
+        if (!path.empty()) std::printf("wrote %zu records to %s\n", rows.size(), path.c_str());
     }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+    return tools::kExitOk;
+  });
 }

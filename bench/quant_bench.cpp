@@ -1,6 +1,7 @@
 // Quantization benchmark: fp8route's kernels on bf16 activations, timed with the one method of
 // src/timing/measure.h, next to a device-to-device copy of the same bytes (the bandwidth ceiling).
-// Writes JSON records that bench/quant_table.py merges with bench/quant_torch.py's.
+// Writes JSON records that bench/quant_table.py merges with bench/quant_torch.py's (--json), or the
+// same as CSV rows (--csv). Exit codes as the fp8route tool's (tools/common/exit_codes.h).
 
 #include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
@@ -15,6 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/args.h"
+#include "common/cli_validators.h"
+#include "common/exit_codes.h"
+#include "common/records.h"
 #include "timing/gemm_operands.h"
 #include "timing/measure.h"
 #include "core/cuda_check.h"
@@ -55,6 +59,10 @@ std::vector<DeviceBuffer> random_inputs(int64_t elems, int sets, std::mt19937_64
   return v;
 }
 
+// The JSON records' fields, in order, for --csv.
+const std::vector<std::string> kCsvColumns = {"op", "layout", "T", "H", "impl", "us", "us_min", "us_max", "gbps",
+                                              "bytes", "graph", "sets", "reps", "gpu", "items", "fp8route"};
+
 struct Record {
   std::string op, layout;
   int64_t T, H, bytes;
@@ -72,22 +80,23 @@ CLI::Validator int_list(int64_t lo, int64_t hi) {
       "INT[,INT...] in " + range);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"fp8route quantization benchmark (bf16 -> e4m3, group 128)"};
   std::string ops = "floor,group,silu_group,token,tensor_dynamic", layouts = "row_major,col_major,col_major_tma,ue8m0_tma";
-  std::string ts = "1,2,4,8,16,32,64,16384", hs = "4096,7168", json_path;
+  std::string ts = "1,2,4,8,16,32,64,16384", hs = "4096,7168", json_path, csv_path;
   bool quick = false;
   int reps = 20, items = 0;
   app.add_option("--ops", ops, "comma list of group, silu_group, token, tensor_dynamic, floor (a kernel that "
-                 "reads the bf16 [T, H] and writes T * H bytes, no arithmetic: the floor for these bytes)");
-  app.add_option("--layouts", layouts, "layouts for op group: row_major, col_major, col_major_tma, ue8m0_tma");
+                 "reads the bf16 [T, H] and writes T * H bytes, no arithmetic: the floor for these bytes)")
+      ->check(tools::name_list({"floor", "group", "silu_group", "token", "tensor_dynamic"}));
+  app.add_option("--layouts", layouts, "layouts for op group: row_major, col_major, col_major_tma, ue8m0_tma")
+      ->check(tools::name_list({"row_major", "col_major", "col_major_tma", "ue8m0_tma"}));
   constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
   app.add_option("--T", ts, "comma list of token counts")->check(int_list(1, kMaxDim));
   app.add_option("--H", hs, "comma list of widths (output width for silu_group)")->check(int_list(16, kMaxDim));
   app.add_option("--reps", reps, "timed graph replays (median reported), >= 20")->check(CLI::Range(1, 100000));
   app.add_option("--json", json_path, "write one record per (op, layout, T, H)");
+  app.add_option("--csv", csv_path, "write the --json records as CSV: a header row, one row per record");
   app.add_option("--items", items, "group kernel items per thread: 0 = automatic rule, 1 or 4 forced")
       ->check(CLI::IsMember({0, 1, 4}));
   int group_threads = 0;
@@ -104,19 +113,23 @@ int main(int argc, char** argv) {
                  "-1 = the library's rule, 0 = never")
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40));
   app.add_flag("--quick", quick, "T in 1,64,16384 and H 7168 only");
+  app.footer("Examples:\n"
+             "  quant_bench --quick --json quant.json\n"
+             "  quant_bench --ops group --layouts ue8m0_tma --T 1,64 --H 7168 --csv quant.csv\n"
+             "\nExit codes: 0 success; 1 a failure while running; 2 an invalid argument or file, or no GPU");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // a bad option exits 2, like --ops below
+    return app.exit(e) == 0 ? tools::kExitOk : tools::kExitUsage;  // a bad option, like the checks below
   }
   if (quick) {
     ts = "1,64,16384";
     hs = "7168";
   }
-  if (cuda_device_count() == 0) {
-    std::fprintf(stderr, "quant_bench: no GPU (%s)\n", cuda_unavailable_reason().c_str());
-    return 0;
-  }
+  if (!json_path.empty()) tools::check_writable(json_path, "--json");
+  if (!csv_path.empty()) tools::check_writable(csv_path, "--csv");
+  FP8ROUTE_CHECK_CAT(cuda_device_count() > 0, ErrorCategory::unsupported,
+                     "quant_bench needs a GPU: " << cuda_unavailable_reason());
   const DeviceInfo& dev = device_info(0);
   detail::force_group_items(items);
   detail::force_group_threads(group_threads);
@@ -146,12 +159,6 @@ int main(int argc, char** argv) {
   const double copy_gbps = 2.0 * (256ll << 20) / records[0].m.median_us / 1e3;
 
   std::printf("%-15s %-14s %6s %6s %10s %9s %7s\n", "op", "layout", "T", "H", "us", "GB/s", "%copy");
-  for (const std::string& op : parse_names(ops))
-    if (op != "floor" && op != "group" && op != "silu_group" && op != "token" && op != "tensor_dynamic") {
-      std::fprintf(stderr, "quant_bench: --ops: unknown op '%s' (floor, group, silu_group, token, tensor_dynamic)\n",
-                   op.c_str());
-      return 2;
-    }
   for (const std::string& op : parse_names(ops))
     for (const std::string& layout : op == "group" ? parse_names(layouts) : std::vector<std::string>{"row_major"})
       for (int64_t H : parse_list(hs))
@@ -197,7 +204,7 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
         }
 
-  if (!json_path.empty()) {
+  if (!json_path.empty() || !csv_path.empty()) {
     nlohmann::json out = nlohmann::json::array();
     const LibraryVersions v = library_versions();
     for (const Record& r : records) {
@@ -209,8 +216,20 @@ int main(int argc, char** argv) {
                           {"fp8route", v.fp8route}};
       out.push_back(j);
     }
-    std::ofstream(json_path) << out.dump(1) << "\n";
-    std::printf("wrote %s\n", json_path.c_str());
+    if (!json_path.empty()) {
+      tools::write_file_atomically(json_path, tools::json_text(out), "--json");
+      std::printf("wrote %s\n", json_path.c_str());
+    }
+    if (!csv_path.empty()) {
+      tools::write_file_atomically(csv_path, tools::csv_text(out, kCsvColumns), "--csv");
+      std::printf("wrote %s\n", csv_path.c_str());
+    }
   }
-  return 0;
+  return tools::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tools::run_reporting_errors("quant_bench", [&] { return run(argc, argv); });
 }

@@ -5,7 +5,7 @@ Times a PyTorch-eager and a torch.compile version of each op so they can be put 
 fp8route's own kernels (same timing method and the same JSON record shape as fp8route's C++
 benchmark; merge the files with bench/quant_table.py).
 
-Ops (x bf16; arithmetic of ../shared/NUMERICS.md, E4M3 codes, group size 128):
+Ops (x bf16; arithmetic of docs/numerics.md, E4M3 codes, group size 128):
   group           x [T, H] -> codes [T, H] + scales; --layouts row_major, col_major,
                   col_major_tma (fp32) and ue8m0_tma (pow2 scales, packed UE8M0, MN-major)
   silu_group      x [T, 2H] -> act = silu(x[:, :H]) * x[:, H:] in fp32, then group (row_major)
@@ -27,7 +27,7 @@ Only the standard library and torch are imported.
 
     python3 bench/quant_torch.py --quick --json bench/results/torch_quick.json
     python3 bench/quant_torch.py --ops group --layouts ue8m0_tma --T 1,16384 --H 7168
-    python3 bench/quant_torch.py --check          # eager == compiled == NUMERICS.md reference
+    python3 bench/quant_torch.py --check          # eager == compiled == docs/numerics.md reference
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 # ----------------------------------------------------------------------------------------------
-# Constants (NUMERICS.md and the benchmark method shared with fp8route's C++ benchmark)
+# Constants (docs/numerics.md and the benchmark method shared with fp8route's C++ benchmark)
 
 FP8 = torch.float8_e4m3fn
 QMAX = 448.0             # largest finite E4M3
@@ -419,7 +419,7 @@ def run_bench(args) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# --check: eager == compiled, and eager == a pure-Python reference of NUMERICS.md
+# --check: eager == compiled, and eager == a pure-Python reference of docs/numerics.md
 
 
 def _f32(v: float) -> float:
@@ -488,7 +488,7 @@ def _ref_silu_mul_rows(x: torch.Tensor):
 
 
 def reference(op: str, layout: str | None, x: torch.Tensor):
-    """(codes uint8 [T, H], scales tensor in the layout's dtype and shape) per NUMERICS.md."""
+    """(codes uint8 [T, H], scales tensor in the layout's dtype and shape) per docs/numerics.md."""
     if op == "silu_group":
         rows = _ref_silu_mul_rows(x)
         op, layout = "group", "row_major"
@@ -545,7 +545,7 @@ def _ordinal(c: torch.Tensor) -> torch.Tensor:
 
 
 def _compare(name, codes_a, scales_a, codes_b, scales_b, exact: bool, problems: list):
-    """Codes as uint8, scales bit for bit (exact) or within NUMERICS.md's silu tolerance."""
+    """Codes as uint8, scales bit for bit (exact) or within docs/numerics.md's silu tolerance."""
     ca = codes_a.view(torch.uint8).cpu()
     cb = codes_b.view(torch.uint8).cpu()
     sa, sb = scales_a.cpu(), scales_b.cpu()
@@ -698,7 +698,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--check", action="store_true",
                    help="correctness self-check instead of timing: eager == compiled (bitwise; "
-                        "silu_group within NUMERICS.md's tolerance) == NUMERICS.md reference")
+                        "silu_group within docs/numerics.md's tolerance) == docs/numerics.md reference")
     p.add_argument("--device", help="--check only: cuda or cpu (default: cuda if available)")
     args = p.parse_args(argv)
     if args.check:

@@ -20,5 +20,11 @@ fi
 if [ -n "${FP8ROUTE_FUZZ_SECONDS:-}" ]; then
   bash "$root/scripts/fuzz.sh" --junit "$build/test-results/fuzz.xml" || rc=1
 fi
+# The installed package built into a project outside the tree (scripts/consumer_test.sh), when
+# FP8ROUTE_CONSUMER_TEST is 1 (scripts/test.sh sets it: it needs cmake and a compiler, which running
+# the built suites alone does not).
+if [ "${FP8ROUTE_CONSUMER_TEST:-0}" = 1 ]; then
+  bash "$root/scripts/consumer_test.sh" --junit "$build/test-results/consumer.xml" "$build" || rc=1
+fi
 python3 "$root/scripts/test_summary.py" "$build/test-results" || rc=1
 exit $rc

@@ -2,6 +2,7 @@
 # Installs everything fp8route needs to build and test, idempotently, on a fresh Debian 12 machine
 # with the CUDA 13 toolkit (nvcc on PATH or in /usr/local/cuda/bin).
 #   Debian packages (apt-get): cmake, ninja-build, g++, libgtest-dev, nlohmann-json3-dev, libcli11-dev,
+#                              zlib1g-dev (fp8route table build reads gzip-compressed run records),
 #                              python3-venv; clang and libclang-rt-14-dev (libFuzzer, for scripts/fuzz.sh)
 #   Python packages (pip, into $FP8ROUTE_VENV, default build/venv): nvidia-cutlass (CUTLASS headers),
 #   apache-tvm-ffi, pytest, numpy (the Python package's native module and its tests)
@@ -11,7 +12,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${FP8ROUTE_VENV:-$root/build/venv}"
 cutlass_version="4.2.0.0"
 
-apt_packages=(cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcli11-dev clang libclang-rt-14-dev)
+apt_packages=(cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcli11-dev zlib1g-dev clang libclang-rt-14-dev)
 # Debian's own python3 needs python3-venv for "python3 -m venv"; other Pythons (pyenv) carry venv.
 "${FP8ROUTE_PYTHON:-python3}" -c "import venv, ensurepip" 2>/dev/null || apt_packages+=(python3-venv)
 missing=()

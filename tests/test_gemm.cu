@@ -1,4 +1,4 @@
-// Every GEMM backend against an independent reference (NUMERICS.md, GEMM accuracy):
+// Every GEMM backend against an independent reference (docs/numerics.md, GEMM accumulation and tolerance):
 // - the GPU reference kernel against the CPU fp64 reference (small and odd shapes);
 // - every backend x scale kind x out dtype x bias on the models.json shapes at TP 1 and 8 and
 //   M in {1, 4, 16, 64, 128, 1000, 4096}, against the GPU reference on a sample of rows, normwise;

@@ -1,5 +1,5 @@
 // The quantization kernels against the CPU reference: bit-exact for every non-fused combination,
-// the traps of NUMERICS.md, the masked and scatter forms, the fused path within its tolerance,
+// the traps of docs/numerics.md, the masked and scatter forms, the fused path within its tolerance,
 // and argument errors that write nothing.
 
 #include <gtest/gtest.h>
@@ -171,7 +171,7 @@ TEST(GroupQuantGpu, DeterministicAndGraphCapturable) {
 }
 
 // The kernels compute the scale (amax / qmax) and multiplier (qmax / amax) without the IEEE
-// division sequence (kernels/scale_math.h); NUMERICS.md wants both correctly rounded. Proved here
+// division sequence (src/quant/scale_math.h); docs/numerics.md has both correctly rounded. Proved here
 // for every float amax can be, against __fdiv_rn on the device itself.
 TEST(GroupQuantGpu, ScaleDivisionsExactOverTheWholeRange) {
   FP8ROUTE_REQUIRE_SM90();

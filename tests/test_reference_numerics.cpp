@@ -1,4 +1,4 @@
-// The scalar formats of the CPU reference against independent formulations (NUMERICS.md).
+// The scalar formats of the CPU reference against independent formulations (docs/numerics.md).
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The CPU group-quant reference: every format and layout, padding, and the traps of NUMERICS.md.
+// The CPU group-quant reference: every format and layout, padding, and the traps of docs/numerics.md.
 
 #include <gtest/gtest.h>
 

@@ -27,6 +27,7 @@
 #include "fp8route/error.h"
 #include "fp8route/route.h"
 #include "route/data_files.h"
+#include "route/tune_raw.h"
 
 namespace fp8route {
 namespace {
@@ -436,6 +437,53 @@ TEST(TableLookup, EnvironmentThenBesideTheBinaryThenTheSourceTree) {
   // No table anywhere: the error lists every place looked in.
   expect_io_error("none found", [] { load_routing_table(""); },
                   {"no routes/h200.json found", (exe_dir / "routes" / "h200.json").string(), "FP8ROUTE_TABLE"});
+}
+
+// FP8ROUTE_DATA_DIR (an installed tree moved elsewhere, the wheel's console script) comes first;
+// the install prefix configured at build time serves the static library inside an executable that
+// lives outside the prefix.
+TEST(TableLookup, DataDirFirstInstallPrefixBeforeTheSourceTree) {
+  struct Env {  // sets a variable for this scope, then restores it
+    std::string name;
+    std::optional<std::string> old;
+    Env(std::string n, const std::string& value) : name(std::move(n)) {
+      if (const char* v = std::getenv(name.c_str())) old = v;
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+    ~Env() { old ? ::setenv(name.c_str(), old->c_str(), 1) : ::unsetenv(name.c_str()); }
+  };
+  const fs::path data = temp_dir() / "data", tree = temp_dir() / "tree2";
+  for (const fs::path& d : {data, tree}) {
+    fs::create_directories(d / "routes");
+    std::ofstream(d / "routes" / "h200.json") << kTable;
+  }
+  const Env no_table("FP8ROUTE_TABLE", ""), source("FP8ROUTE_SOURCE_DIR", tree.string());
+  {
+    const Env data_dir("FP8ROUTE_DATA_DIR", data.string());
+    const std::vector<std::string> c = data_file_candidates("routes/h200.json");
+    ASSERT_GE(c.size(), 2u);
+    EXPECT_EQ(c[0], (data / "routes" / "h200.json").string());
+    EXPECT_EQ(c[1], (tree / "routes" / "h200.json").string());
+    EXPECT_EQ(default_table_path(), (data / "routes" / "h200.json").string());
+  }
+  {
+    // A data folder without the file: the next place that has it.
+    const Env data_dir("FP8ROUTE_DATA_DIR", (temp_dir() / "empty").string());
+    EXPECT_EQ(default_table_path(), (tree / "routes" / "h200.json").string());
+  }
+#ifdef FP8ROUTE_INSTALL_DATA_DIR
+  const std::vector<std::string> c = data_file_candidates("routes/h200.json");
+  const auto at = [&](const fs::path& p) {
+    return std::find(c.begin(), c.end(), p.lexically_normal().string()) - c.begin();
+  };
+  const fs::path installed = fs::path(FP8ROUTE_INSTALL_DATA_DIR) / "routes" / "h200.json";
+  const fs::path exe_dir = fs::read_symlink("/proc/self/exe").parent_path();
+  EXPECT_LT(at(installed), static_cast<std::ptrdiff_t>(c.size())) << FP8ROUTE_INSTALL_DATA_DIR;
+  if (installed.lexically_normal() != (exe_dir.parent_path() / "share" / "fp8route" / "routes" / "h200.json").lexically_normal())
+    EXPECT_LT(at(exe_dir.parent_path() / "share" / "fp8route" / "routes" / "h200.json"), at(installed));
+  if (installed.lexically_normal() != (fs::path(FP8ROUTE_SOURCE_DIR) / "routes" / "h200.json").lexically_normal())
+    EXPECT_LT(at(installed), at(fs::path(FP8ROUTE_SOURCE_DIR) / "routes" / "h200.json"));
+#endif
 }
 
 // ---- the fuzz corpus -----------------------------------------------------------------------------

@@ -15,9 +15,8 @@
 # 2835 problems, 720 s of GPU time over two calls):
 #   RETUNE_TP="4 2" RETUNE_M_SMALL=1,2,4,8,16,24,32,48,64,96,128,192,256 \
 #   RETUNE_M_LARGE=384,512,768,1024,1536,2048,3072,4096 bench/diag/retune_screened.sh OUT 559 build/gpu/retune24
-# Afterwards, here: bench/routing_records.py with the raw files first (README of
-# bench/results/2026-11-30-tune-h200 has the --older chain), FP8ROUTE_WRITE_TABLE=1 test_route,
-# then bench/diag/routed_models.sh per TP degree.
+# Afterwards, here: the raw files as the first group of routes/h200.sources.json, `fp8route table
+# build` (tools/fp8route/table.cpp), then bench/diag/routed_models.sh per TP degree.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="$1"; deadline=$(( $(date +%s) + $2 )); state="${3:-$root/build/gpu/retune}"

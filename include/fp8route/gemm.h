@@ -1,5 +1,5 @@
 #pragma once
-// Scaled FP8 GEMM (DESIGN.md, GEMM):
+// Scaled FP8 GEMM (docs/design.md, GEMM backends):
 //   y[M, N] = (sum_k a[m, k] * b[n, k]) * sa * sb (+ bias[n])
 // a = E4M3 [M, K] and b = E4M3 [N, K] (the nn.Linear weight layout), both with unit last stride;
 // fp32 accumulation; y bf16 or f16 [M, N] with unit last stride; bias (optional) [N] in y's dtype.
@@ -103,7 +103,7 @@ struct GemmChoice {
   std::string why;  // the rule that chose it
 };
 // The default choice (until measured routing replaces it): the first supported of a short list per
-// scale kind and M range, derived from the H200 calibration in DEVICE.md; see gemm_select.cpp.
+// scale kind and M range, measured on the H200 (docs/design.md, the heuristic); see gemm_select.cpp.
 GemmChoice gemm_select(const GemmProblem& p);
 
 }  // namespace fp8route

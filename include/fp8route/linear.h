@@ -1,5 +1,5 @@
 #pragma once
-// LinearPlan (DESIGN.md, Routing): one per FP8 linear layer, made once at load time from the
+// LinearPlan (docs/design.md, LinearPlan): one per FP8 linear layer, made once at load time from the
 // weight, its scales and how the activations will be scaled. It decides which backends can ever
 // run the layer, prepares the scale forms those backends need (so no call broadcasts or pads
 // anything), and keeps the routing table's slice for its (N, K). A call only looks M up.

@@ -1,5 +1,5 @@
 #pragma once
-// Activation quantization (DESIGN.md, Quantization; arithmetic in NUMERICS.md).
+// Activation quantization (docs/cpp.md, quant.h; arithmetic in docs/numerics.md).
 //
 // Every function checks all of its arguments before anything is launched: on a bad argument it
 // throws Error(invalid_argument) naming it and nothing is written. Tensors are TensorViews of device
@@ -35,7 +35,7 @@ void per_token_group_quant(const TensorView& x, const GroupQuantSpec& spec, cons
                            const TensorView& s, cudaStream_t stream);
 
 // x [T, 2H]: act = silu(x[:, :H]) * x[:, H:] in fp32, then per-token-group quant of act into
-// q [T, H], s. Not bit-exact to the CPU reference (device exp); see NUMERICS.md.
+// q [T, H], s. Not bit-exact to the CPU reference (device exp); see docs/numerics.md.
 void silu_and_mul_per_token_group_quant(const TensorView& x, const GroupQuantSpec& spec,
                                         const TensorView& q, const TensorView& s,
                                         cudaStream_t stream);
@@ -69,7 +69,7 @@ void per_token_quant(const TensorView& x, const TensorView& q, const TensorView&
                      ScaleRounding rounding, cudaStream_t stream);
 
 // Per-tensor, static scale: scale is a device f32 [1]; q = encode(x / scale), the division
-// correctly rounded (NaN -> 0, +-inf -> +-qmax, as in NUMERICS.md).
+// correctly rounded (NaN -> 0, +-inf -> +-qmax, as in docs/numerics.md).
 void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const TensorView& q,
                              cudaStream_t stream);
 

@@ -29,7 +29,7 @@ ScaleLayout parse_layout(std::string_view s);
 
 // Group sizes a kernel exists for.
 inline constexpr int kGroupSizes[] = {16, 32, 64, 128, 256};
-// The amax floor of NUMERICS.md: amax = max(amax, kAmaxFloor), so an all-zero group has a
+// The amax floor of docs/numerics.md: amax = max(amax, kAmaxFloor), so an all-zero group has a
 // finite, non-zero scale.
 inline constexpr float kAmaxFloor = 1e-10f;
 

@@ -1,13 +1,14 @@
 #pragma once
-// Measured routing (DESIGN.md, Routing): a table per GPU model maps (scale kind, out dtype, N, K)
+// Measured routing (docs/routing.md): a table per GPU model maps (scale kind, out dtype, N, K)
 // and M to the (backend, config) that measured fastest; the Router looks problems up in it and
-// never picks a choice the backend says it cannot run. The JSON format is in README.md.
+// never picks a choice the backend says it cannot run. The JSON format is in docs/routing.md.
+// Here: routing tables (built from measurements, loaded, saved, found), the Router, the load-time
+// probe that times a shape's candidates on this GPU, and the process-wide router scaled_mm uses.
+// How tables are made from runs (tune's raw files, table build's manifests) is the tools' side.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
-#include <tuple>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -61,7 +62,8 @@ struct RoutingTable {
   bool operator==(const RoutingTable&) const = default;
 };
 
-// One measurement: a (backend, config) timed on one problem.
+// One measurement: a (backend, config) timed on one problem (what a probe returns and a table's
+// entries are built from).
 struct MeasurementRecord {
   ScaleKind scale = ScaleKind::tensor;
   DType out = DType::bf16;
@@ -69,34 +71,6 @@ struct MeasurementRecord {
   std::string backend, config;
   double us = 0;
 };
-
-// fp8route tune's raw measurement file (JSON lines, format in README.md): a stamp line, one line per
-// measurement, a "done" line after each problem's last measurement.
-struct TuneRawFile {
-  using Problem = std::tuple<ScaleKind, DType, int64_t, int64_t, int64_t>;  // scale, out, n, k, m
-  std::optional<TableStamp> stamp;           // from the stamp line, when there is one
-  std::vector<MeasurementRecord> records;    // of finished problems only, screened-out quick times included
-  std::vector<Problem> finished;             // problems with a "done" line
-  int64_t good_bytes = 0;                    // bytes of complete, valid lines
-  bool torn = false;                         // the last line is incomplete (an interrupted write)
-};
-// A missing file reads as empty. Measurements of a problem without its "done" line are dropped (it
-// is measured again); an invalid last line, or one without its end of line, is reported as torn
-// (and not read); an invalid line elsewhere throws Error(io_error) naming the file, the line and the
-// field. Lines are checked as load_routing_table checks a table (and times are at most 1e12 us), so
-// the finished records build a table that loads.
-TuneRawFile read_tune_raw(const std::string& path);
-
-// tune --final: a problem's near-ties were timed again, only they side by side and with more graph
-// instances. That round's times and the full round's are not comparable (the mix of kernels and the
-// instance count move the clock: on the H200, configs not timed again won 42 of 1485 problems with
-// their full-round times and lost 3-16% in the bench), so a config not timed again ranks at least
-// pct% behind the fastest of the final round, as it was behind the best of the full round: its time
-// becomes max(us, that fastest x (1 + pct/100)). `problem` holds one problem's records (screened-out
-// quick times included); `final_round` names the configs timed again. Nothing changes when none of
-// them is among the records.
-void settle_final_round(std::vector<MeasurementRecord>& problem,
-                        const std::vector<std::pair<std::string, std::string>>& final_round, double pct);
 
 // Per (scale, out, n, k): the fastest (backend, config) at each measured M, runs of equal choices
 // merged into one breakpoint whose max_m is the run's largest M. Repeated records keep the minimum.
@@ -112,8 +86,9 @@ RoutingTable build_routing_table(const std::vector<MeasurementRecord>& records, 
 RoutingTable load_routing_table(const std::string& path);
 void save_routing_table(const RoutingTable& table, const std::string& path);
 // The table to use when none is named: $FP8ROUTE_TABLE; else the first routes/h200.json that exists
-// in $FP8ROUTE_SOURCE_DIR (when set), beside the library or executable this runs in, in
-// <that folder>/../share/fp8route (an install prefix), in the source tree built from; else "".
+// in $FP8ROUTE_DATA_DIR, in $FP8ROUTE_SOURCE_DIR (each when set), beside the library or executable
+// this runs in, in <that folder>/../share/fp8route (an install prefix), in <the install prefix
+// configured at build time>/share/fp8route, in the source tree built from; else "".
 std::string default_table_path();
 
 struct Route {

@@ -1,5 +1,5 @@
 #pragma once
-// How a scaled FP8 GEMM's operands are scaled (DESIGN.md, GEMM).
+// How a scaled FP8 GEMM's operands are scaled (docs/numerics.md, GEMM).
 
 #include <cstdint>
 #include <string_view>

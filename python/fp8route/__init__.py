@@ -30,11 +30,12 @@ from .ops import (
 __version__ = str(_lib.version())
 
 # An installed wheel carries the routing table measured on the H200; use it unless FP8ROUTE_TABLE
-# names another (a source checkout's build finds routes/h200.json of the tree by itself).
+# names another or FP8ROUTE_DATA_DIR a folder to look in first (a source checkout's build finds
+# routes/h200.json of the tree by itself).
 def _use_packaged_table():
     import os
     packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "routes", "h200.json")
-    if "FP8ROUTE_TABLE" not in os.environ and os.path.exists(packaged):
+    if not os.environ.get("FP8ROUTE_TABLE") and not os.environ.get("FP8ROUTE_DATA_DIR") and os.path.exists(packaged):
         load_table(packaged)
 
 

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/tensor.h"
 
@@ -71,6 +72,14 @@ inline void check_no_overlap(const TensorView& out, const char* out_name, const 
                           << reinterpret_cast<void*>(a.begin) << ", " << reinterpret_cast<void*>(a.end) << "), "
                           << other_name << " " << to_string(other) << " at [" << reinterpret_cast<void*>(b.begin)
                           << ", " << reinterpret_cast<void*>(b.end) << ")");
+}
+
+// The current device runs `what` (kernels built for sm_90a only), or Error(unsupported) saying why not.
+inline void check_sm90_device(const char* what) {
+  const DeviceInfo& d = device_info(-1);
+  FP8ROUTE_CHECK_CAT(d.is_sm90(), ErrorCategory::unsupported,
+                     "device: " << what << " are built for SM 9.0 (sm_90a); " << d.name << " is SM " << d.sm_major
+                                << "." << d.sm_minor);
 }
 
 inline void check_dtype(const TensorView& t, const char* name, std::initializer_list<DType> allowed) {

@@ -1,5 +1,5 @@
 #pragma once
-// The interface every GEMM backend implements (DESIGN.md, GEMM): what it can run, kept apart from
+// The interface every GEMM backend implements (docs/design.md): what it can run, kept apart from
 // running it. Internal to the library; the public face is fp8route/gemm.h.
 
 #include <cuda_runtime_api.h>
@@ -68,6 +68,21 @@ class GemmBackend {
   // What config runs for p on this GPU, in words, when its name does not say it all (cuBLASLt's
   // "heuristicN" is a rank in a list the library computes); "" otherwise.
   virtual std::string describe(const GemmProblem& /*p*/, int /*config*/) const { return ""; }
+
+  // Properties the router, LinearPlan and the tools ask instead of naming a backend:
+  // Its configs are ranks in a list it computes for each problem, the first being its own choice
+  // (cuBLASLt: "heuristic", then "heuristic1..3"): a later rank's time on one problem says nothing
+  // of another M or shape (another problem, another algorithm), so the router carries only the
+  // first to neighbours, and a bench of the backend alone includes the first.
+  virtual bool ranks_configs_per_problem() const { return false; }
+  // Block scale_b: it reads the form with rows padded to a multiple of 4 floats
+  // (GemmProblem::sb_padded), and cannot take the unpadded one where ceil(K/128) % 4 != 0 and
+  // N > 128 (cuBLASLt's BLK128x128 layout). LinearPlan prepares that copy at load for it alone.
+  virtual bool wants_padded_block_scale_b() const { return false; }
+  // It runs every valid problem, on CUDA cores, tens of times slower than the others (the
+  // reference kernel): gemm_select()'s last resort, never a measured routing choice (table build
+  // leaves its timings out), and the "slow path" of explain().
+  virtual bool slow_fallback() const { return false; }
 };
 
 // The names of a backend's config table, in its order: config_name(entry) for each entry.
@@ -94,6 +109,10 @@ int find_config(const GemmBackend& b, std::string_view config);
 // GemmBackend::m_tile by names; 0 for a backend or config this build does not have (a table made
 // by another build may name one).
 int config_m_tile(std::string_view backend, std::string_view config);
+// What explain() adds when a slow_fallback() backend runs p (gemm_select.cpp, beside the fallback
+// rule): that no fast backend supports p, the rules every fast backend shares that p breaks, and
+// what the caller can change. One line, without its end.
+std::string slow_fallback_note(const GemmProblem& p);
 
 // The rule every fast backend shares (a, b and out 16-byte aligned, GemmProblem::align): "" or why not.
 std::string common_fast_path_reason(const GemmProblem& p);

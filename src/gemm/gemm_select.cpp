@@ -1,4 +1,4 @@
-// The default backend choice until measured routing (the router issue) replaces it: an ordered
+// The default backend choice where no routing table has an entry for a problem: an ordered
 // list of (scale kind, M range) -> (backend, config) rules read off the side-by-side runs on the
 // H200 (bench/results/2026-11-30-gemm-h200/ and 2026-11-30-decode-h200/); the first rule that matches and whose config
 // supports the problem runs. Unaligned or odd shapes fall through to the fallbacks, which end with
@@ -71,5 +71,25 @@ GemmChoice gemm_select(const GemmProblem& p) {
       return {r.backend, r.config, r.why + (skipped.empty() ? std::string() : " (skipped " + skipped + ")")};
   FP8ROUTE_FAIL(ErrorCategory::unsupported, "no backend can run " << to_string(p) << ": " << skipped);
 }
+
+namespace gemm {
+
+std::string slow_fallback_note(const GemmProblem& p) {
+  std::string s =
+      "slow path: the reference kernel (CUDA cores, tens of times slower than a fast backend) runs it: "
+      "no fast backend supports this problem";
+  if (p.align < 16)
+    s += "; every fast backend needs a, b and out at 16-byte aligned addresses with row strides of a "
+         "multiple of 16 bytes (TMA, cuBLASLt FP8), and this call has align=" +
+         std::to_string(p.align) +
+         " (a view that starts inside a row: a column slice, or a row slice of a matrix whose rows are not "
+         "a multiple of 16 bytes); a contiguous copy of that operand runs on a fast backend (scales and bias "
+         "may sit at any element offset)";
+  if (p.k % 16 != 0)
+    s += "; every fast backend needs K % 16 == 0 (16-byte loads of a's and b's rows), K=" + std::to_string(p.k);
+  return s;
+}
+
+}  // namespace gemm
 
 }  // namespace fp8route

@@ -16,6 +16,7 @@
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
 #include "gemm/backend.h"
+#include "route/route_log.h"
 
 namespace fp8route {
 
@@ -240,7 +241,9 @@ Resolved routed_choice(const GemmProblem& p) {
       if (auto it = cache.find(p); it != cache.end()) return it->second;
   }
   // The router checks supports() on its choice (and falls back through gemm_select() to reference).
-  const Route r = default_router()->select(p);
+  const std::shared_ptr<const Router> router = default_router();
+  const Route r = router->select(p);
+  route_log::decided("scaled_mm", *router, p, r);  // FP8ROUTE_LOG, and a table of another GPU
   const gemm::GemmBackend& b = gemm::find_backend(r.backend);
   const Resolved res{&b, gemm::find_config(b, r.config)};
   std::unique_lock<std::shared_mutex> lock(mu);

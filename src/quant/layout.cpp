@@ -1,4 +1,4 @@
-// The one layout function (DESIGN.md, Quantization): shapes, strides and bytes of quant outputs.
+// The one layout function (docs/numerics.md, scale layouts): shapes, strides and bytes of quant outputs.
 
 #include <cstdint>
 #include <string>

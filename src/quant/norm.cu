@@ -105,12 +105,7 @@ void check_output(const TensorView& out, const char* name, const RmsNormInput& i
   }
 }
 
-void check_sm90() {
-  const DeviceInfo& d = device_info(-1);
-  FP8ROUTE_CHECK_CAT(d.is_sm90(), ErrorCategory::unsupported,
-                     "device: RMSNorm kernels are built for SM 9.0 (sm_90a); " << d.name << " is SM " << d.sm_major
-                                                                               << "." << d.sm_minor);
-}
+void check_sm90() { detail::check_sm90_device("RMSNorm kernels"); }
 
 // One block per row of at most kNormMaxThreads threads (whole warps) holding kItems vectors each:
 // the fewest items that fit, so a decode row is one short chain per thread.

@@ -65,12 +65,7 @@ static_assert(kernels::kAmaxFloorDevice == kAmaxFloor, "device and host amax flo
 
 namespace {
 
-void check_sm90() {
-  const DeviceInfo& d = device_info(-1);
-  FP8ROUTE_CHECK_CAT(d.is_sm90(), ErrorCategory::unsupported,
-                     "device: quantization kernels are built for SM 9.0 (sm_90a); " << d.name << " is SM "
-                         << d.sm_major << "." << d.sm_minor);
-}
+void check_sm90() { detail::check_sm90_device("quantization kernels"); }
 
 // Calls f.template operator()<CudaType>() for a 16/32-bit float dtype.
 template <class F>

@@ -1,5 +1,5 @@
 #pragma once
-// Correctly rounded divisions of the quantization scales (NUMERICS.md step 3) without the IEEE
+// Correctly rounded divisions of the quantization scales (docs/numerics.md, step 3) without the IEEE
 // division sequence, for host and device: the device kernels use them, and the CPU test
 // (tests/test_reference_numerics.cpp) checks them against real division for every float in range.
 

@@ -1,4 +1,4 @@
-// Scalar formats of the CPU reference (NUMERICS.md): E4M3, INT8, 16-bit floats, UE8M0 scales.
+// Scalar formats of the CPU reference (docs/numerics.md): E4M3, INT8, 16-bit floats, UE8M0 scales.
 
 #include <bit>
 #include <cmath>

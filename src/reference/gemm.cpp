@@ -1,4 +1,4 @@
-// CPU reference of the scaled FP8 GEMM (NUMERICS.md, "GEMM accuracy"): fp64 on dequantized
+// CPU reference of the scaled FP8 GEMM (docs/numerics.md, "GEMM"): fp64 on dequantized
 // operands, scales applied in fp64, one rounding to the output dtype.
 
 #include <bit>

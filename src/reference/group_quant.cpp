@@ -1,4 +1,4 @@
-// CPU reference of per-token-group, per-token and per-tensor quantization (NUMERICS.md,
+// CPU reference of per-token-group, per-token and per-tensor quantization (docs/numerics.md,
 // "Quantizing one group").
 
 #include <cmath>

@@ -14,6 +14,7 @@
 #include "core/cuda_check.h"
 #include "fp8route/error.h"
 #include "gemm/backend.h"
+#include "route/route_log.h"
 
 namespace fp8route {
 
@@ -24,8 +25,16 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // M values that probe every M-dependent rule of the backends (M % 4, swap-AB and skinny M limits).
 constexpr int64_t kProbeM[] = {1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};
 
+// GemmBackend::wants_padded_block_scale_b by name; false for "" (the problem routing sees) and for
+// a name this build lacks.
+bool wants_padded(const std::string& backend) {
+  for (const gemm::GemmBackend* b : gemm::all_backends())
+    if (b->name() == backend) return b->wants_padded_block_scale_b();
+  return false;
+}
+
 bool reads_padded(const LinearLayout& l, const std::string& backend) {
-  return l.pad_weight_scale && backend == "cublaslt";
+  return l.pad_weight_scale && wants_padded(backend);
 }
 
 }  // namespace
@@ -74,8 +83,10 @@ LinearLayout plan_linear_layout(int64_t n, int64_t k, ScaleKind act, int64_t wei
   }
   // Which backends can run the layer for some M, with the scale forms prepared for them.
   for (const std::string& b : gemm_backends()) {
-    // One row of blocks (N <= 128) reads no row stride: the unpadded form serves cuBLASLt too.
-    if (b == "cublaslt" && l.gemm == ScaleKind::block && kb % 4 != 0 && n > kScaleBlock) l.pad_weight_scale = true;
+    // One row of blocks (N <= 128) reads no row stride: the unpadded form serves every backend then.
+    const bool pads = wants_padded(b) && l.gemm == ScaleKind::block && kb % 4 != 0 && n > kScaleBlock;
+    const bool padded_before = l.pad_weight_scale;
+    if (pads) l.pad_weight_scale = true;  // b is asked about the form it would be given
     std::string first_reason;
     bool any = false;
     for (int64_t m : kProbeM) {
@@ -89,7 +100,7 @@ LinearLayout plan_linear_layout(int64_t n, int64_t k, ScaleKind act, int64_t wei
     }
     if (any) l.backends.push_back(b);
     else l.excluded += (l.excluded.empty() ? "" : "; ") + b + ": " + first_reason;
-    if (b == "cublaslt" && !any) l.pad_weight_scale = false;  // no copy for a backend that never runs
+    if (pads && !any) l.pad_weight_scale = padded_before;  // no copy for a backend that never runs
   }
   return l;
 }
@@ -169,6 +180,7 @@ const LinearPlan::Decided& LinearPlan::decide(int64_t m, int align) const {
   d.backend = &gemm::find_backend(d.route.backend);
   d.config = gemm::find_config(*d.backend, d.route.config);
   d.problem = layout_.problem(m, align, d.route.backend);
+  route_log::decided("LinearPlan", *router_, d.problem, d.route);  // FP8ROUTE_LOG, and a table of another GPU
   return cache_->by_m.emplace(std::make_pair(m, align), std::move(d)).first->second;
 }
 

@@ -79,11 +79,20 @@ std::pair<int64_t, int64_t> measured_around(const TableEntry& e, int64_t m) {
   return lo > 0 && hi > 0 ? std::make_pair(lo, hi) : std::make_pair(int64_t{0}, int64_t{0});
 }
 
-// cuBLASLt's "heuristicN" is the N-th algorithm its heuristic ranks for one problem: at another M
-// (or another shape) it names another algorithm, so its time does not carry over. Only cuBLASLt's
-// own first choice ("heuristic") and our fixed configs do.
+// A backend that ranks its configs per problem (GemmBackend::ranks_configs_per_problem: cuBLASLt's
+// "heuristicN" is the N-th algorithm its heuristic ranks for one problem) names another algorithm
+// at another M or shape, so such a time does not carry over; its first rank, the backend's own
+// choice, and fixed configs do. A backend this build lacks (a table of another build) counts as fixed.
 bool carries_over(const std::string& backend, const std::string& config) {
-  return backend != "cublaslt" || config == "heuristic";
+  for (const gemm::GemmBackend* b : gemm::all_backends())
+    if (b->name() == backend) return !b->ranks_configs_per_problem() || config == b->configs().front();
+  return true;
+}
+
+bool is_slow_fallback(const std::string& backend) {
+  for (const gemm::GemmBackend* b : gemm::all_backends())
+    if (b->name() == backend) return b->slow_fallback();
+  return false;
 }
 
 // Where m lies between lo and hi for a config's time, 0..1: in tiles along M for a config whose
@@ -218,9 +227,8 @@ const TableEntry* Router::exact_entry(const GemmProblem& p) const {
 
 // The exact entry, unless it was measured only below M and another entry of the scale kind and
 // out dtype was measured at larger M than it: then the nearest entries, as for a shape the table
-// lacks (nearest_entries puts those measured furthest towards M first). The shipped table
-// measured TP 2 and 4 shapes only up to M = 64 until the thirteenth session; taking such an entry's
-// ranking at its largest M for prefill chose swap-AB decode configs. On the H200 data, with an
+// lacks (nearest_entries puts those measured furthest towards M first). Taking a short entry's
+// ranking at its largest M for prefill would choose swap-AB decode configs. On the H200 data, with an
 // entry cut at M = 64 and M = 128-4096 routed (test_route, ExactEntryMeasuredOnlyBelowM): 60%
 // geometric-mean loss that way (worst 5.7x), 2.6% by the nearest entries; cut at 256: 8.4% against 1.9%.
 const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source) const {
@@ -471,19 +479,7 @@ std::string Router::explain(const GemmProblem& p) const {
   os << "source: " << name(r.source) << "\nchoice: " << r.backend << "/" << r.config << "\nwhy: " << r.why << "\n";
   // The reference kernel is correct for everything and tens of times slower: say so, and what the
   // caller can change.
-  if (r.backend == "reference") {
-    os << "slow path: the reference kernel (CUDA cores, tens of times slower than a fast backend) runs it: "
-          "no fast backend supports this problem";
-    if (p.align < 16)
-      os << "; every fast backend needs a, b and out at 16-byte aligned addresses with row strides of a "
-            "multiple of 16 bytes (TMA, cuBLASLt FP8), and this call has align="
-         << p.align
-         << " (a view that starts inside a row: a column slice, or a row slice of a matrix whose rows are not "
-            "a multiple of 16 bytes); a contiguous copy of that operand runs on a fast backend (scales and bias "
-            "may sit at any element offset)";
-    if (p.k % 16 != 0) os << "; every fast backend needs K % 16 == 0 (16-byte loads of a's and b's rows), K=" << p.k;
-    os << "\n";
-  }
+  if (is_slow_fallback(r.backend)) os << gemm::slow_fallback_note(p) << "\n";
   // A shape (or an M) routed from other shapes: what a load-time probe would time on this GPU.
   if (r.source == Route::Source::nearest) {
     const auto probed = probe_candidates(p, ProbeOptions{}.top);

@@ -1,4 +1,4 @@
-// Routing tables: built from measurements, saved and loaded as JSON (format in README.md,
+// Routing tables: built from measurements, saved and loaded as JSON (format in docs/routing.md,
 // "Routing tables"). Loading checks everything the Router relies on, so a bad file fails here, once,
 // with the file and the place named, and never as a wrong route later.
 
@@ -172,6 +172,7 @@ std::vector<std::string> data_file_candidates(const std::string& relative) {
     const std::string s = p.lexically_normal().string();
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
   };
+  if (const char* data = std::getenv("FP8ROUTE_DATA_DIR"); data && *data) add(std::filesystem::path(data) / relative);
   if (const char* src = std::getenv("FP8ROUTE_SOURCE_DIR"); src && *src) add(std::filesystem::path(src) / relative);
   std::vector<std::filesystem::path> dirs;
   std::error_code ec;
@@ -187,6 +188,9 @@ std::vector<std::string> data_file_candidates(const std::string& relative) {
     dirs.push_back(exe.parent_path());
   for (const std::filesystem::path& d : dirs) add(d / relative);
   for (const std::filesystem::path& d : dirs) add(d.parent_path() / "share" / "fp8route" / relative);
+#ifdef FP8ROUTE_INSTALL_DATA_DIR
+  add(std::filesystem::path(FP8ROUTE_INSTALL_DATA_DIR) / relative);
+#endif
   add(std::filesystem::path(FP8ROUTE_SOURCE_DIR) / relative);
   return out;
 }

@@ -1,9 +1,10 @@
-// Reading fp8route tune's raw measurement file (route.h, TuneRawFile).
+// Reading fp8route tune's raw measurement file (route/tune_raw.h).
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <istream>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "fp8route/error.h"
 #include "fp8route/route.h"
 #include "route/record_reader.h"
+#include "route/tune_raw.h"
 
 namespace fp8route {
 
@@ -61,9 +63,13 @@ void settle_final_round(std::vector<MeasurementRecord>& problem,
 }
 
 TuneRawFile read_tune_raw(const std::string& path) {
-  TuneRawFile raw;
   std::ifstream f(path, std::ios::binary);
-  if (!f.good()) return raw;
+  if (!f.good()) return {};
+  return read_tune_raw(f, path);
+}
+
+TuneRawFile read_tune_raw(std::istream& f, const std::string& path) {
+  TuneRawFile raw;
   const std::vector<std::string> known = gemm_backends();
   std::map<TuneRawFile::Problem, std::vector<MeasurementRecord>> pending;
   std::string line;

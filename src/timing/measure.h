@@ -1,5 +1,5 @@
 #pragma once
-// The one benchmark method of fp8route (DESIGN.md, Measuring), shared by every benchmark:
+// The one benchmark method of fp8route (docs/benchmarks.md), shared by every benchmark:
 // the op is enqueued once per rotation set inside a CUDA graph (launch gaps hidden, as in a
 // serving engine), the sets together span >= 3x the L2 so inputs come from HBM (up to a cap on
 // the number of sets, see below), >= 5 warm-up replays, then the median of >= 20 timed replays.

@@ -1,11 +1,10 @@
-"""The fp8route command-line tool: `tune --build-only` from a raw file (no GPU needed) and `bench
---json` (GPU). The binary: $FP8ROUTE_CLI (scripts/run_tests.sh and run_tests_direct.sh set it), else
-build/release/fp8route or build/gpu/fp8route of the tree; skipped, with the reason, when none is
-built."""
+"""The fp8route command-line tool: `tune --build-only` from a raw file and `table build` from a
+manifest (no GPU needed), and `bench --json` (GPU). The binary: $FP8ROUTE_CLI (scripts/run_tests.sh
+and run_tests_direct.sh set it), else build/release/fp8route or build/gpu/fp8route of the tree;
+skipped, with the reason, when none is built."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -63,10 +62,10 @@ def test_build_only_keeps_screened_out_quick_times(tmp_path):
                                     [64, "cutlass_sm90", "row_64x16x128_1x1x1_pingpong_swapab"]]
 
 
-def test_build_only_and_routing_records_settle_the_final_round(tmp_path):
+def test_build_only_and_table_build_settle_the_final_round(tmp_path):
     # tune --final timed the near-ties cuBLASLt and CUTLASS "a" again; CUTLASS "b" has only its
     # full-round time, lower but from another mix: it ranks 5% behind the final round's fastest, in
-    # tune's table and in bench/routing_records.py's records alike.
+    # tune's table and in table build's table and records alike.
     key = {"scale": "row", "out": "bf16", "n": 4096, "k": 4096, "m": 16}
     a, b = "row_64x16x128_1x1x1_pingpong_swapab", "row_128x16x128_1x1x1_coop_streamk_swapab"
     lines = [{"stamp": STAMP},
@@ -84,9 +83,13 @@ def test_build_only_and_routing_records_settle_the_final_round(tmp_path):
     assert entry["breakpoints"] == [[16, "cublaslt", "heuristic"]]
     measured = {(bk, c): us for _, bk, c, us in entry["measured"]}
     assert measured[("cutlass_sm90", b)] == pytest.approx(12.6, rel=1e-3)
-    records = tmp_path / "records.json"
-    subprocess.run([sys.executable, os.path.join(ROOT, "bench", "routing_records.py"), "-o", str(records), str(raw)],
-                   check=True, capture_output=True, text=True)
+    manifest = tmp_path / "sources.json"
+    manifest.write_text(json.dumps({"format": "fp8route-table-sources", "version": 1, "stamp": STAMP,
+                                    "groups": [{"files": [raw.name]}]}))
+    built, records = tmp_path / "built.json", tmp_path / "records.json"
+    b = run("table", "build", str(manifest), "-o", str(built), "--records", str(records))
+    assert b.returncode == 0, b.stdout + b.stderr
+    assert json.loads(built.read_text())["entries"] == json.loads(table.read_text())["entries"]
     assert {(bk, c): us for *_, bk, c, us in json.loads(records.read_text())} == pytest.approx(measured, rel=1e-3)
 
 

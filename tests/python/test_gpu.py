@@ -1,7 +1,7 @@
-"""The Python package on the GPU: every op against a torch reference (NUMERICS.md in torch fp32:
+"""The Python package on the GPU: every op against a torch reference (docs/numerics.md in torch fp32:
 amax floor 1e-10, s = amax / 448, codes = (x * (448 / amax)) clamped to +-448 then float8_e4m3fn;
 both divisions tensor by tensor, because torch computes tensor / scalar and scalar / tensor as a
-multiplication by a reciprocal, which is not the correctly rounded quotient NUMERICS.md asks for),
+multiplication by a reciprocal, which is not the correctly rounded quotient docs/numerics.md asks for),
 scaled_mm against an fp64 matmul of the dequantized operands, Fp8Linear eager, under torch.compile
 and under CUDA-graph capture. Skipped (with the reason) without torch or a CUDA device."""
 import os

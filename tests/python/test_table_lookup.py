@@ -14,31 +14,10 @@ import sys
 
 import pytest
 
+from cli_helpers import bare_env, cli_path, staged_copy
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TABLE = os.path.join(ROOT, "routes", "h200.json")
-
-
-def cli_path():
-    for path in (os.environ.get("FP8ROUTE_CLI"), os.path.join(ROOT, "build", "release", "fp8route")):
-        if path and os.access(path, os.X_OK):
-            return os.path.abspath(path)
-    pytest.skip("no fp8route binary built (set FP8ROUTE_CLI)")
-
-
-def bare_env():
-    """The environment without the variables that point at a table or a source tree."""
-    return {k: v for k, v in os.environ.items() if k not in ("FP8ROUTE_SOURCE_DIR", "FP8ROUTE_TABLE")}
-
-
-def staged_copy(bin_dir):
-    """The binary copied into bin_dir (with libfp8route.so when it was built shared)."""
-    os.makedirs(bin_dir, exist_ok=True)
-    src = cli_path()
-    shutil.copy2(src, os.path.join(bin_dir, "fp8route"))
-    lib = os.path.join(os.path.dirname(src), "libfp8route.so")
-    if os.path.exists(lib):
-        shutil.copy2(lib, bin_dir)
-    return os.path.join(bin_dir, "fp8route")
 
 
 def info_json(binary, env):

@@ -4,31 +4,87 @@
 // for the backend (and cuBLASLt's own heuristic choice), with --configs all every config it has.
 // With no GPU and as the main job it prints the routing plan from the table instead.
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/args.h"
+#include "common/exit_codes.h"
+#include "common/records.h"
 #include "timing/gemm_operands.h"
 #include "commands.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
+#include "gemm/backend.h"
 #include "workload.h"
 
 namespace fp8route::cli {
 
 namespace {
+
+// Every line of bench's tables fits this many columns, with the catalog's longest layer names and
+// the longest backend/config names (the routed choice is cut to fit only when more than the three
+// default backends are compared; the records have it whole).
+constexpr size_t kWidth = 120;
+
+std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string strf(const char* fmt, ...) {
+  va_list ap, again;
+  va_start(ap, fmt);
+  va_copy(again, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  std::string s(n > 0 ? size_t(n) : 0, '\0');
+  std::vsnprintf(s.data(), s.size() + 1, fmt, again);
+  va_end(again);
+  return s;
+}
+
+// A paragraph wrapped between words at kWidth columns, continuation lines indented by two.
+void print_wrapped(const std::string& text) {
+  std::istringstream words(text);
+  std::string line;
+  bool fresh = true;  // nothing on the line but its indent
+  for (std::string w; words >> w;) {
+    if (!fresh && line.size() + 1 + w.size() > kWidth) {
+      std::printf("%s\n", line.c_str());
+      line = "  ", fresh = true;
+    }
+    line += (fresh ? "" : " ") + w;
+    fresh = false;
+  }
+  if (!fresh) std::printf("%s\n", line.c_str());
+}
+
+// The records' fields, in order, for --csv (the same as --json's; "algo" and "first_us" are empty
+// where a record has none).
+const std::vector<std::string> kCsvColumns = {"model", "layer", "tp", "m", "n", "k", "scale", "out", "backend",
+                                              "config", "us", "tflops", "weight_gbps", "routed", "algo",
+                                              "first_us"};
+
+// A backend's column in the layer table: its speed-up, "1.234x", under its name.
+size_t ratio_width(const std::string& backend) { return std::max<size_t>(7, backend.size()); }
+std::string ratio(double x) { return strf(x < 100 ? "%.3fx" : "%.0fx", x); }
+
+// `s` cut to `width` columns ("~" marks the cut).
+std::string fit(const std::string& s, size_t width) {
+  return s.size() <= width ? s : s.substr(0, width > 0 ? width - 1 : 0) + "~";
+}
 
 struct Timed {
   std::string backend, config;
@@ -75,8 +131,9 @@ void fill(Result& r, const Route& route, const std::vector<std::pair<std::string
 const char* band_of(int64_t m) { return m <= 16 ? "decode (M<=16)" : m < 1024 ? "middle (17-1023)" : "prefill (>=1024)"; }
 
 // The configs that stand for `backend` alone on p: the table's best-ranked ones of that backend (up
-// to two, plus cuBLASLt's own heuristic choice), or every supported config (all, or when the table
-// ranks none of the backend's configs for p).
+// to two, plus the backend's own choice when it ranks its configs per problem: cuBLASLt's
+// heuristic), or every supported config (all, or when the table ranks none of the backend's configs
+// for p).
 std::vector<std::string> configs_for(const std::string& backend, const GemmProblem& p, const Router& router,
                                      bool all) {
   std::vector<std::string> out;
@@ -86,9 +143,11 @@ std::vector<std::string> configs_for(const std::string& backend, const GemmProbl
       if (b == backend && out.size() < 2 && std::find(have.begin(), have.end(), c) != have.end() &&
           gemm_supports(b, c, p).empty())
         out.push_back(c);
-    if (backend == "cublaslt" && std::find(out.begin(), out.end(), "heuristic") == out.end() &&
-        gemm_supports(backend, "heuristic", p).empty())
-      out.push_back("heuristic");
+    if (const gemm::GemmBackend& b = gemm::find_backend(backend); b.ranks_configs_per_problem()) {
+      const std::string& own = b.configs().front();
+      if (std::find(out.begin(), out.end(), own) == out.end() && gemm_supports(backend, own, p).empty())
+        out.push_back(own);
+    }
     if (!out.empty()) return out;
   }
   for (const std::string& c : have)
@@ -109,19 +168,27 @@ int plot(const std::string& json_path, const std::string& png) {
   const std::string cmd = "'" + python_for_plot() + "' '" + script + "' '" + json_path + "' -o '" + png + "'";
   std::printf("plotting: %s\n", cmd.c_str());
   std::fflush(stdout);
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0)
-    std::fprintf(stderr, "fp8route bench: the plot failed (exit %d); the measurements are in %s and the command "
-                         "above redraws them once matplotlib is installed\n", rc, json_path.c_str());
-  return rc == 0 ? 0 : 3;
+  const int status = std::system(cmd.c_str());
+  const int rc = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (rc == 0) return tools::kExitOk;
+  // plot_bench.py exits 3 without matplotlib; the shell 127 without the Python named.
+  const bool missing = rc == 3 || rc == 127;
+  std::fprintf(stderr, "fp8route bench: the plot failed (exit %d%s); the measurements are in %s and the command "
+                       "above redraws them%s\n", rc, missing ? ": no Python or no matplotlib" : "", json_path.c_str(),
+               missing ? " once matplotlib is installed" : "");
+  return missing ? tools::kExitPlot : tools::kExitFailure;
 }
 
 // No GPU: what the table would run for each layer and M of the workload, as measured on its GPU.
 int print_plan(const Workload& w, const Router& router) {
-  std::printf("no GPU here (%s): the routing plan of the table, as measured on %s (%s), for %s\n\n",
-              cuda_unavailable_reason().c_str(), router.table().stamp.gpu.c_str(), router.table().stamp.date.c_str(),
-              w.what.c_str());
-  if (!router.load_error().empty()) std::printf("table not loaded (%s): the heuristic rules\n\n", router.load_error().c_str());
+  print_wrapped(strf("no GPU here (%s): the routing plan of the table, as measured on %s (%s), for %s",
+                     cuda_unavailable_reason().c_str(), router.table().stamp.gpu.c_str(),
+                     router.table().stamp.date.c_str(), w.what.c_str()));
+  std::printf("\n");
+  if (!router.load_error().empty()) {
+    print_wrapped("table not loaded (" + router.load_error() + "): the heuristic rules");
+    std::printf("\n");
+  }
   for (const tools::LayerShape& l : w.layers)
     for (ScaleKind sk : w.scales) {
       std::printf("%s/%s tp%d n=%lld k=%lld %s\n", l.model.c_str(), l.layer.c_str(), l.tp, (long long)l.n,
@@ -148,7 +215,7 @@ int print_plan(const Workload& w, const Router& router) {
 void print_summary(const std::vector<Result>& results, const std::vector<std::string>& backends) {
   std::printf("\nSpeed-up of routed over each backend alone (geometric mean of backend us / routed us; > 1: routed faster)\n");
   std::printf("%-7s %-17s %5s", "scale", "M band", "n");
-  for (const std::string& b : backends) std::printf(" %14s", b.c_str());
+  for (const std::string& b : backends) std::printf(" %12s", b.c_str());
   std::printf(" %18s\n", "worst vs best one");
   std::map<std::pair<std::string, std::string>, std::vector<const Result*>> groups;
   for (const Result& r : results) groups[{std::string(name(r.p.scale)), band_of(r.p.m)}].push_back(&r);
@@ -159,8 +226,8 @@ void print_summary(const std::vector<Result>& results, const std::vector<std::st
       int n = 0;
       for (const Result* r : rs)
         if (r->alone.count(b)) log_sum += std::log(r->alone.at(b).us / r->routed.us), ++n;
-      if (n) std::printf(" %9.3fx %3d", std::exp(log_sum / n), n);
-      else std::printf(" %14s", "-");
+      if (n) std::printf(" %7.3fx %3d", std::exp(log_sum / n), n);
+      else std::printf(" %12s", "-");
     }
     double worst = 0;
     for (const Result* r : rs) worst = std::max(worst, r->routed.us / best_alone(r->alone));
@@ -177,36 +244,35 @@ void print_summary(const std::vector<Result>& results, const std::vector<std::st
       // timings of one kernel in one run (routed entry and explicit call) that differ.
       const bool same_kernel = who == r.routed.backend + "/" + r.routed.config;
       same += same_kernel;
-      std::printf("  %-28s %-46s routed %8.2f us (%s/%s), %s %8.2f us: %.3fx%s%s\n",
-                  (r.layer.model + "/" + r.layer.layer + " tp" + std::to_string(r.layer.tp)).c_str(),
-                  to_string(r.p).c_str(), r.routed.us, r.routed.backend.c_str(), r.routed.config.c_str(), who.c_str(),
-                  best, r.routed.us / best, same_kernel ? " [same config]" : "",
+      std::printf("  %s/%s tp%d  %s m=%lld n=%lld k=%lld: %.3fx%s%s\n", r.layer.model.c_str(), r.layer.layer.c_str(),
+                  r.layer.tp, std::string(name(r.p.scale)).c_str(), (long long)r.p.m, (long long)r.p.n,
+                  (long long)r.p.k, r.routed.us / best, same_kernel ? " [same config]" : "",
                   r.first_ratio > 0 ? " [re-checked]" : "");
+      std::printf("    routed     %9.2f us  %s/%s\n", r.routed.us, r.routed.backend.c_str(), r.routed.config.c_str());
+      std::printf("    best alone %9.2f us  %s\n", best, who.c_str());
     }
   }
-  if (rechecked)
-    std::printf("\n%d of %zu problems were more than 3%% slower than the best single backend in the first pass; "
-                "each was timed again (--recheck: routed and every config not slower than it, side by side, more "
-                "graph instances), and the times above and below are that re-check's\n",
-                rechecked, results.size());
-  std::printf("\n%d of %zu problems: routed more than 3%% slower than the best single backend", slow, results.size());
-  std::printf(same ? " (%d of them ran the same config as the best, timed twice in one run: [same config])\n" : "\n",
-              same);
+  if (rechecked) {
+    std::printf("\n");
+    print_wrapped(strf("%d of %zu problems were more than 3%% slower than the best single backend in the first pass; "
+                       "each was timed again (--recheck: routed and every config not slower than it, side by side, "
+                       "more graph instances), and the times above and below are that re-check's",
+                       rechecked, results.size()));
+  }
+  std::printf("\n");
+  print_wrapped(strf("%d of %zu problems: routed more than 3%% slower than the best single backend", slow,
+                     results.size()) +
+                (same ? strf(" (%d of them ran the same config as the best, timed twice in one run: [same config])",
+                             same)
+                      : ""));
 }
 
-// --json: the records so far, written to a temporary file renamed over FILE, so that a run cut
-// short (a time limit, ^C) leaves every layer it finished in a valid file.
-void write_records(const std::string& path, const nlohmann::json& records) {
-  const std::string tmp = path + ".partial";
-  {
-    std::ofstream f(tmp);
-    FP8ROUTE_CHECK_CAT(f.good(), ErrorCategory::io_error, path << ": cannot write (--json)");
-    f << records.dump(1) << "\n";
-    FP8ROUTE_CHECK_CAT(f.good(), ErrorCategory::io_error, path << ": writing failed (--json)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  FP8ROUTE_CHECK_CAT(!ec, ErrorCategory::io_error, path << ": cannot write (--json): " << ec.message());
+// --json and --csv: the records so far, each file written whole and renamed over the last
+// (tools::write_file_atomically), so that a run cut short (a time limit, ^C) leaves every layer it
+// finished in valid files.
+void write_records(const std::string& json_path, const std::string& csv_path, const nlohmann::json& records) {
+  if (!json_path.empty()) tools::write_file_atomically(json_path, tools::json_text(records), "--json");
+  if (!csv_path.empty()) tools::write_file_atomically(csv_path, tools::csv_text(records, kCsvColumns), "--csv");
 }
 
 }  // namespace
@@ -227,27 +293,34 @@ int run_bench(const BenchOptions& opt) {
   }
   std::string json_path = opt.json_path;
   if (json_path.empty() && !opt.plot_path.empty()) json_path = opt.plot_path + ".json";
-  if (!json_path.empty()) write_records(json_path, nlohmann::json::array());  // a bad path fails now, not after the run
+  if (!json_path.empty() || !opt.csv_path.empty())  // a bad path fails now, not after the run
+    write_records(json_path, opt.csv_path, nlohmann::json::array());
   if (!router->load_error().empty())
-    std::printf("warning: routing table not loaded (%s); routed = the heuristic rules\n", router->load_error().c_str());
+    print_wrapped("warning: routing table not loaded (" + router->load_error() + "); routed = the heuristic rules");
 
   const DeviceInfo& dev = device_info(0);
   const size_t total = w.layers.size() * w.m_grid.size() * w.scales.size();
-  std::printf("fp8route bench on %s (%d SMs): %s, %zu layers x %zu M x %zu scale kinds = %zu problems, %s out\n"
-              "routed = scaled_mm() through the table (%s, %s); each backend alone at its best %s\n"
-              "method: CUDA-graph replay, weights rotated through >= 3x L2, median of %d replays%s, all of a "
-              "problem interleaved%s\n\n",
-              dev.name.c_str(), dev.sm_count, w.what.c_str(), w.layers.size(), w.m_grid.size(), w.scales.size(), total,
-              std::string(dtype_name(w.out)).c_str(), router->table().stamp.gpu.c_str(), router->table().stamp.date.c_str(),
-              opt.configs == "all" ? "config (every config timed)" : "configs by the table (+ cuBLASLt's heuristic)",
-              opt.shapes.reps,
-              opt.shapes.instances > 1
-                  ? (" (mean over " + std::to_string(opt.shapes.instances) + " graph instances)").c_str()
-                  : "",
-              opt.screen_pct > 0 ? ("; screened first (--screen " + std::to_string(opt.screen_pct) +
-                                    ": configs over " + std::to_string(opt.screen_pct) +
-                                    "% behind the fastest in one quick round are not timed further)").c_str()
-                                 : "");
+  print_wrapped(strf("fp8route bench on %s (%d SMs): %s, %zu layers x %zu M x %zu scale kinds = %zu problems, %s out",
+                     dev.name.c_str(), dev.sm_count, w.what.c_str(), w.layers.size(), w.m_grid.size(),
+                     w.scales.size(), total, std::string(dtype_name(w.out)).c_str()));
+  print_wrapped(strf("routed = scaled_mm() through the table (%s, %s); each backend alone at its best %s",
+                     router->table().stamp.gpu.c_str(), router->table().stamp.date.c_str(),
+                     opt.configs == "all" ? "config (every config timed)"
+                                          : "configs by the table (+ cuBLASLt's heuristic)"));
+  print_wrapped(strf("method: CUDA-graph replay, weights rotated through >= 3x L2, median of %d replays%s, all of a "
+                     "problem interleaved%s",
+                     opt.shapes.reps,
+                     opt.shapes.instances > 1
+                         ? (" (mean over " + std::to_string(opt.shapes.instances) + " graph instances)").c_str()
+                         : "",
+                     opt.screen_pct > 0 ? ("; screened first (--screen " + std::to_string(opt.screen_pct) +
+                                           ": configs over " + std::to_string(opt.screen_pct) +
+                                           "% behind the fastest in one quick round are not timed further)")
+                                              .c_str()
+                                        : ""));
+  print_wrapped("per layer: routed's time, then for each backend its time alone / routed's (> 1: routed faster; "
+                "'-': it cannot run the problem), then the routed backend/config");
+  std::printf("\n");
   const timing::MeasureOptions mo = measure_options(opt.shapes);
   timing::MeasureOptions recheck = mo;  // --recheck's finer measurement
   recheck.instances = std::max(opt.recheck_instances, mo.instances);
@@ -263,11 +336,18 @@ int run_bench(const BenchOptions& opt) {
   nlohmann::json records = nlohmann::json::array();
   const auto t0 = std::chrono::steady_clock::now();
   size_t done = 0, timed_fully = 0, timed_all = 0;
+  // The table's row: scale, M, routed us, a speed-up column per backend, the routed choice last.
+  size_t row_width = 2 + 6 + 1 + 6 + 1 + 9 + 2;
+  for (const std::string& b : backends) row_width += 1 + ratio_width(b);
+  const size_t choice_width = kWidth > row_width ? kWidth - row_width : 16;
   for (const tools::LayerShape& l : w.layers) {
-    std::printf("%-30s %-7s %6s %10s  %-40s", (l.model + "/" + l.layer + " tp" + std::to_string(l.tp)).c_str(), "scale",
-                "M", "routed us", "routed backend/config");
-    for (const std::string& b : backends) std::printf(" %20s", (b + " us").c_str());
-    std::printf("\n");
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s/%s tp%d  n=%lld k=%lld  [%zu/%zu problems done%s]\n", l.model.c_str(), l.layer.c_str(), l.tp,
+                (long long)l.n, (long long)l.k, done, total,
+                done ? strf(", eta %.0fs", el / done * (total - done)).c_str() : "");
+    std::printf("  %-6s %6s %9s", "scale", "M", "routed us");
+    for (const std::string& b : backends) std::printf(" %*s", int(ratio_width(b)), b.c_str());
+    std::printf("  %s\n", "routed backend/config");
     for (int64_t m : w.m_grid)
       for (ScaleKind sk : w.scales) {
         const GemmProblem p = make_problem(m, l.n, l.k, sk, w.out);
@@ -307,21 +387,17 @@ int run_bench(const BenchOptions& opt) {
               if (choices[i] == std::pair{b, t.config}) t.first_us = ms[i].median_us;
         }
         ++done;
-        std::printf("%-30s %-7s %6lld %10.2f  %-40s", "", std::string(name(sk)).c_str(), (long long)m, first.routed.us,
-                    (first.routed.backend + "/" + first.routed.config).substr(0, 40).c_str());
-        for (const std::string& b : backends) {
-          if (first.alone.count(b)) std::printf(" %10.2f (%6.3fx)", first.alone.at(b).us, first.alone.at(b).us / first.routed.us);
-          else std::printf(" %20s", "cannot run");
-        }
-        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::printf("  [%zu/%zu eta %.0fs]\n", done, total, el / done * (total - done));
+        std::printf("  %-6s %6lld %9.2f", std::string(name(sk)).c_str(), (long long)m, first.routed.us);
+        for (const std::string& b : backends)
+          std::printf(" %*s", int(ratio_width(b)),
+                      first.alone.count(b) ? ratio(first.alone.at(b).us / first.routed.us).c_str() : "-");
+        std::printf("  %s\n", fit(first.routed.backend + "/" + first.routed.config, choice_width).c_str());
         if (r.first_ratio > 0) {
           std::string who;
           const double best = best_alone(r.alone, &who);
-          std::printf("%-30s   re-checked with %d graph instances: routed %.2f us (first pass %.2f), best single "
-                      "backend %s %.2f us: %.3fx (first pass %.3fx)\n",
-                      "", recheck.instances, r.routed.us, r.routed.first_us, who.c_str(),
-                      best, r.routed.us / best, r.first_ratio);
+          std::printf("    re-checked with %d graph instances: routed %.2f us (first pass %.2f us), %.3fx the best "
+                      "alone\n", recheck.instances, r.routed.us, r.routed.first_us, r.routed.us / best);
+          std::printf("      first pass %.3fx; best alone: %s %.2f us\n", r.first_ratio, who.c_str(), best);
         }
         std::fflush(stdout);
         auto record = [&](const Timed& t, bool routed) {
@@ -337,13 +413,14 @@ int run_bench(const BenchOptions& opt) {
         for (const auto& [b, t] : r.alone) record(t, false);
         results.push_back(std::move(r));
       }
-    if (!json_path.empty()) write_records(json_path, records);
+    write_records(json_path, opt.csv_path, records);
   }
   print_summary(results, backends);
   if (opt.screen_pct > 0)
     std::printf("--screen %d: %zu of %zu candidate timings (routed included) kept for the full measurement\n",
                 opt.screen_pct, timed_fully, timed_all);
   if (!json_path.empty()) std::printf("wrote %zu records to %s\n", records.size(), json_path.c_str());
+  if (!opt.csv_path.empty()) std::printf("wrote %zu records to %s\n", records.size(), opt.csv_path.c_str());
   if (!opt.plot_path.empty()) return plot(json_path, opt.plot_path);
   return 0;
 }

@@ -20,6 +20,7 @@
 #include "fp8route/gemm.h"
 #include "fp8route/linear.h"
 #include "fp8route/reference.h"
+#include "gemm/backend.h"
 
 namespace fp8route::cli {
 
@@ -90,6 +91,7 @@ int run_check(const CheckOptions& opt) {
   if (opt.quick) shapes.pop_back(), ms = {1, 64};
   std::map<std::string, Tally> tally;
   int problems = 0, failures = 0;
+  const gemm::GemmBackend& reference = gemm::reference_backend();  // the GPU reference kernel
   auto report = [&](const std::string& who, const GemmProblem& p, double err) {
     Tally& t = tally[who];
     ++t.runs;
@@ -108,11 +110,11 @@ int run_check(const CheckOptions& opt) {
         const timing::GemmOperandSets ops = timing::make_gemm_operands(p, 1, 0xC4ECull + problems);
         const ScaledMmArgs& args = ops.args[0];
         poison(args);
-        scaled_mm(args, "reference", "simt_64x64", nullptr);
+        scaled_mm(args, reference.name(), reference.configs().front(), nullptr);
         const std::vector<float> want = output(args);
         if (n * k <= 512 * 1024) report("reference vs CPU fp64", p, normwise(want, cpu_reference(p, args)));
         for (const std::string& b : gemm_backends()) {
-          if (b == "reference") continue;
+          if (b == reference.name()) continue;
           for (const std::string& c : gemm_configs(b)) {
             if (!gemm_supports(b, c, p).empty()) continue;
             poison(args);

@@ -53,7 +53,7 @@ struct BenchOptions {
   std::string table;       // routing table for the routed GEMM ("" = the default table)
   std::string configs = "table";  // per backend: "table" (its best configs by the table) or "all"
   std::string backends = "cublaslt,cutlass_sm90,skinny";
-  std::string json_path, plot_path;
+  std::string json_path, plot_path, csv_path;  // --json, --plot, --csv
   int screen_pct = 25;     // > 0: a quick first round drops configs more than this % behind (timing::screen_gemms)
   std::string probe = "off";  // off, unseen or always: probe_shape (route.h) every shape first, route by it
   int probe_top = 5;          // ProbeOptions::top
@@ -76,5 +76,13 @@ struct CheckOptions {
   bool quick = false;
 };
 int run_check(const CheckOptions& opt);
+
+// table build (table.cpp): a routing table from a manifest of measurement files.
+struct TableOptions {
+  std::string manifest;  // the sources manifest (routes/h200.sources.json)
+  std::string table;     // the routing table written
+  std::string records;   // "" or where the gathered records are written too
+};
+int run_table(const TableOptions& opt);
 
 }  // namespace fp8route::cli

@@ -25,8 +25,11 @@ int run_explain(const ExplainOptions& opt) {
     std::printf("no GPU here (%s): showing the table's choices as measured, without checking this "
                 "machine's backends\n\n", cuda_unavailable_reason().c_str());
   const SupportsFn as_measured = [](std::string_view, std::string_view, const GemmProblem&) { return std::string(); };
-  const std::string path = opt.table.empty() ? default_table_path() : opt.table;
-  const Router router = gpu ? Router::from_file(path) : Router::from_file(path, as_measured);
+  const SupportsFn supports = gpu ? SupportsFn(gemm_supports) : as_measured;
+  // A table named with --table must load (Error(io_error) naming it); the default one falls back to
+  // the heuristic rules, as scaled_mm does, and explain() says so.
+  const Router router = opt.table.empty() ? Router::from_file(default_table_path(), supports)
+                                          : Router(load_routing_table(opt.table), supports);
   const ScaleKind scale = parse_scale_kind(opt.scale);
   const DType out = parse_dtype(opt.out, "--out");
   if (!opt.model.empty()) {

@@ -10,6 +10,7 @@
 #include "fp8route/device.h"
 #include "fp8route/route.h"
 #include "fp8route/status.h"
+#include "route/route_log.h"
 
 namespace fp8route::cli {
 
@@ -28,6 +29,9 @@ int run_info(const InfoOptions& opt) {
                 " (" + std::to_string(ts.sm_count) + " SMs, CUDA " + ts.cuda + ", cuBLASLt " + ts.cublaslt + ") on " +
                 ts.date
           : "not loaded (" + router->load_error() + "): routing by the heuristic rules";
+  // A table measured on another GPU model than device 0 ("" when it matches, or there is no GPU).
+  const std::string table_warning =
+      router->load_error().empty() && n > 0 ? route_log::gpu_mismatch_warning(ts.gpu, device_info(0).name) : "";
 
   if (opt.json) {
     nlohmann::json j;
@@ -46,6 +50,7 @@ int run_info(const InfoOptions& opt) {
     j["routing_table"] = table_line;
     j["routing_table_path"] = table_path;  // "" when none was found
     j["routing_table_load_error"] = router->load_error();
+    j["routing_table_warning"] = table_warning;
     j["components"] = nlohmann::json::array();
     for (const auto& c : components)
       j["components"].push_back({{"name", c.name}, {"usable", c.usable}, {"reason", c.reason}});
@@ -66,6 +71,7 @@ int run_info(const InfoOptions& opt) {
                 di.sm_major, di.sm_minor, di.sm_count, di.l2_bytes / 1e6, di.global_mem_bytes / 1e9);
   }
   std::printf("routing table: %s\n", table_line.c_str());
+  if (!table_warning.empty()) std::printf("%s\n", table_warning.c_str());
   std::printf("\n%-28s %-8s %s\n", "component", "usable", "why");
   for (const auto& c : components)
     std::printf("%-28s %-8s %s\n", c.name.c_str(), c.usable ? "yes" : "no", c.reason.c_str());

@@ -4,12 +4,14 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <exception>
 #include <string>
 
 #include "common/args.h"
+#include "common/cli_validators.h"
+#include "common/exit_codes.h"
 #include "commands.h"
 #include "fp8route/error.h"
+#include "fp8route/gemm.h"
 #include "fp8route/version.h"
 #include "workload.h"
 
@@ -18,12 +20,16 @@ namespace {
 using fp8route::cli::kMaxM;
 using fp8route::cli::kMaxReps;
 using fp8route::cli::kMaxTp;
+using fp8route::tools::name_list;
 
 // A comma-separated list of integers in [lo, hi], checked when parsed (each value at full width).
 CLI::Validator int_list(int64_t lo, int64_t hi) {
   return CLI::Validator([lo, hi](std::string& s) { return fp8route::tools::int_list_error(s, lo, hi); },
                         "INT[,INT...] in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
+
+// Usage examples at the end of a command's --help (each runs as shown; docs/cli.md has more).
+void examples(CLI::App* cmd, const std::string& lines) { cmd->footer("Examples:\n" + lines); }
 
 void add_shape_options(CLI::App* cmd, fp8route::cli::ShapeOptions& s, const char* default_model) {
   cmd->add_option("--model", s.model, std::string("comma-separated models of the catalog, or all (default: ") +
@@ -34,8 +40,12 @@ void add_shape_options(CLI::App* cmd, fp8route::cli::ShapeOptions& s, const char
   cmd->add_option("--m", s.m, "M values, comma-separated (default: the catalog's m_grid, 1..16384)")
       ->check(int_list(1, kMaxM));
   cmd->add_option("--shapes", s.shapes, "a shape file instead of models: one 'N K [label]' per line");
-  cmd->add_option("--scale", s.scale, "scale kinds, comma-separated: tensor, row, block")->capture_default_str();
-  cmd->add_option("--out", s.out, "output dtype: bf16 or f16")->capture_default_str();
+  cmd->add_option("--scale", s.scale, "scale kinds, comma-separated: tensor, row, block")
+      ->capture_default_str()
+      ->check(name_list({"tensor", "row", "block"}));
+  cmd->add_option("--out", s.out, "output dtype: bf16 or f16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "f16"}));
   cmd->add_option("--catalog", s.catalog, "shape catalog (default: shapes/models.json of the project)");
   cmd->add_option("--reps", s.reps, "timed graph replays per measurement (median reported)")
       ->capture_default_str()
@@ -77,8 +87,10 @@ int main(int argc, char** argv) {
   explain_cmd->add_option("--m", ex.m, "tokens (rows of a)")->capture_default_str()->check(CLI::Range(int64_t{1}, kMaxM));
   explain_cmd->add_option("--n", ex.n, "output features (rows of the weight)")->check(CLI::Range(int64_t{1}, kMaxM));
   explain_cmd->add_option("--k", ex.k, "input features")->check(CLI::Range(int64_t{1}, kMaxM));
-  explain_cmd->add_option("--scale", ex.scale, "tensor, row or block")->capture_default_str();
-  explain_cmd->add_option("--out", ex.out, "bf16 or f16")->capture_default_str();
+  explain_cmd->add_option("--scale", ex.scale, "tensor, row or block")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tensor", "row", "block"}));
+  explain_cmd->add_option("--out", ex.out, "bf16 or f16")->capture_default_str()->check(CLI::IsMember({"bf16", "f16"}));
   explain_cmd->add_option("--model", ex.model, "every layer of a shapes/models.json model instead of --n/--k");
   explain_cmd->add_option("--tp", ex.tp, "tensor-parallel degree with --model")
       ->capture_default_str()
@@ -92,7 +104,9 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--table", bench.table, "routing table for the routed GEMM (default: $FP8ROUTE_TABLE, else routes/h200.json)");
   bench_cmd->add_option("--configs", bench.configs,
                         "a backend alone at: table (its best configs by the table, + cuBLASLt's heuristic) or all "
-                        "(every config it has; slower)")->capture_default_str();
+                        "(every config it has; slower)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "all"}));
   add_screen_option(bench_cmd, bench.screen_pct, "the routed call, ");
   bench_cmd->add_option("--probe", bench.probe,
                         "first time each shape's routing candidates on this GPU and route by those times "
@@ -108,8 +122,11 @@ int main(int argc, char** argv) {
                         "the re-check's times are reported, the first pass's are printed too (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
-  bench_cmd->add_option("--backend", bench.backends, "backends to compare with")->capture_default_str();
+  bench_cmd->add_option("--backend", bench.backends, "backends to compare with")
+      ->capture_default_str()
+      ->check(name_list(fp8route::gemm_backends()));
   bench_cmd->add_option("--json", bench.json_path, "write one record per (problem, backend) and the routed one");
+  bench_cmd->add_option("--csv", bench.csv_path, "write the --json records as CSV: a header row, one row per record");
   bench_cmd->add_option("--plot", bench.plot_path, "draw time against M per layer to this PNG (needs matplotlib)");
 
   TuneOptions tune;
@@ -121,7 +138,9 @@ int main(int argc, char** argv) {
   tune_cmd->add_option("-o,--table", tune.table_path, "routing table to write")->capture_default_str();
   tune_cmd->add_option("--raw", tune.raw_path, "raw measurements, JSON lines, appended as problems finish "
                                                "(default: the table's name with .raw.jsonl)");
-  tune_cmd->add_option("--backend", tune.backends, "backends to measure")->capture_default_str();
+  tune_cmd->add_option("--backend", tune.backends, "backends to measure")
+      ->capture_default_str()
+      ->check(name_list(fp8route::gemm_backends()));
   add_screen_option(tune_cmd, tune.screen_pct, "");
   tune_cmd->add_option("--final", tune.final_pct,
                        "time the configs within this % of the best once more, side by side, with --final-instances "
@@ -157,28 +176,60 @@ int main(int argc, char** argv) {
   CLI::App* check_cmd = app.add_subcommand("check", "quick correctness self-test of every backend on this GPU");
   check_cmd->add_flag("--quick", check.quick, "fewer shapes");
 
+  TableOptions table;
+  CLI::App* table_cmd = app.add_subcommand("table", "routing tables from measurement files (no GPU needed)");
+  table_cmd->require_subcommand(1);
+  CLI::App* table_build = table_cmd->add_subcommand(
+      "build", "build a routing table from a manifest of measurement files, in the order they apply");
+  table_build->add_option("manifest", table.manifest, "the manifest (routes/h200.sources.json builds routes/h200.json)")
+      ->required();
+  table_build->add_option("-o,--table", table.table, "routing table to write")->required();
+  table_build->add_option("--records", table.records, "also write the measurements it was built from, one a line");
+
+  examples(&app,
+           "  fp8route                                   # the main job (no GPU: the routing plan)\n"
+           "  fp8route info\n"
+           "  fp8route explain --m 16 --n 4096 --k 4096 --scale row\n"
+           "\nExit codes: 0 success; 1 a failure while running (a check, a measurement, CUDA); 2 an invalid\n"
+           "argument or file, or no GPU for a command that needs one; 3 bench --plot could not draw.\n"
+           "Every command and flag: docs/cli.md");
+  examples(info_cmd, "  fp8route info\n  fp8route info --json\n");
+  examples(explain_cmd,
+           "  fp8route explain --m 16 --n 4096 --k 4096 --scale row\n"
+           "  fp8route explain --model llama-3.1-70b --tp 8 --m 1 --scale block\n");
+  examples(bench_cmd,
+           "  fp8route bench --model llama-3.1-8b --m 1,16,4096\n"
+           "  fp8route bench --model llama-3.1-70b --tp 8 --scale row --json b.json --csv b.csv\n"
+           "  fp8route bench --model qwen2.5-72b --probe unseen\n");
+  examples(tune_cmd,
+           "  fp8route tune --model llama-3.1-70b --tp 8 -o my-h200.json    # resumable (my-h200.raw.jsonl)\n"
+           "  fp8route tune --build-only -o my-h200.json                    # the table again from the raw file\n");
+  examples(probe_cmd,
+           "  fp8route probe --model llama-3.1-70b --tp 8 -o probed.json\n"
+           "  FP8ROUTE_TABLE=probed.json fp8route bench --model llama-3.1-70b --tp 8\n");
+  examples(check_cmd, "  fp8route check --quick\n");
+  examples(table_cmd, "  fp8route table build routes/h200.sources.json -o h200.json\n");
+  examples(table_build,
+           "  fp8route table build routes/h200.sources.json -o h200.json    # the shipped table, from its runs\n"
+           "  fp8route table build routes/h200.sources.json -o h200.json --records h200-measurements.json\n");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // --help and --version exit 0; a bad option is an invalid argument like any other (exit 2),
-    // with CLI11's message naming it.
-    return app.exit(e) == 0 ? 0 : 2;
+    // --help and --version exit 0; a bad option is an invalid argument like any other, with
+    // CLI11's message naming it.
+    return app.exit(e) == 0 ? fp8route::tools::kExitOk : fp8route::tools::kExitUsage;
   }
-  try {
+  return fp8route::tools::run_reporting_errors("fp8route", [&] {
     if (app.got_subcommand(explain_cmd)) return run_explain(ex);
     if (app.got_subcommand(info_cmd)) return run_info(info);
     if (app.got_subcommand(bench_cmd)) return run_bench(bench);
     if (app.got_subcommand(tune_cmd)) return run_tune(tune);
     if (app.got_subcommand(check_cmd)) return run_check(check);
     if (app.got_subcommand(probe_cmd)) return run_probe(probe);
+    if (app.got_subcommand(table_cmd)) return run_table(table);
     BenchOptions main_job;
     main_job.main_job = true;
     return run_bench(main_job);
-  } catch (const fp8route::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fp8route: %s\n", e.what());
-    return 1;
-  }
+  });
 }

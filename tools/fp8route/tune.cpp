@@ -37,6 +37,7 @@
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
 #include "route/stamp_json.h"
+#include "route/tune_raw.h"
 #include "workload.h"
 
 namespace fp8route::cli {
@@ -173,7 +174,7 @@ int run_tune(const TuneOptions& opt) {
           ++timed;
         }
         // The raw file keeps what was measured; the table ranks the final round's times first, as
-        // read_tune_raw does (route.h).
+        // read_tune_raw does (route/tune_raw.h).
         settle_final_round(problem, final_round, opt.final_pct);
         double best = 0;
         std::string best_name;

@@ -1,4 +1,4 @@
-// The cublaslt backend: scaled FP8 GEMMs through cuBLASLt 13 on SM90 (DESIGN.md, GEMM).
+// The cublaslt backend: scaled FP8 GEMMs through cuBLASLt 13 on SM90 (docs/design.md, GEMM backends).
 //
 // Row-major y[M, N] = a[M, K] b[N, K]^T is computed as the column-major y^T[N, M] = b a^T, the "TN"
 // form cuBLASLt requires for FP8 (cuBLAS docs, cublasLtMatmul, FP8 requirements): cuBLAS A = b
@@ -9,7 +9,7 @@
 // Scale modes (cuBLAS docs 3.1.4, "Narrow Precision Data Types Usage"):
 //   tensor              SCALAR_32F x SCALAR_32F, fast accumulation
 //   row, both vectors   OUTER_VEC_32F x OUTER_VEC_32F, fast accumulation
-//   row, both scalars   run as tensor: the same math, and the faster kernel (DEVICE.md)
+//   row, both scalars   run as tensor: the same math, and the faster kernel (docs/design.md)
 //   row, one scalar     OUTER_VEC_32F x OUTER_VEC_32F when the scalar side has length 1 (M = 1:
 //                       its one element is the [M] vector); otherwise unsupported, since
 //                       OUTER_VEC_32F must be set on both A and B (3.1.4.3), mixing it with
@@ -113,7 +113,7 @@ Modes modes(const GemmProblem& p) {
         return {CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, 1};
       break;
     case ScaleKind::block:
-      // No fast accumulation (DESIGN.md): the scales change per 128-wide K block, so partial sums
+      // No fast accumulation (docs/numerics.md): the scales change per 128-wide K block, so partial sums
       // are promoted to fp32 per block anyway.
       return {CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, 0};
   }
@@ -276,6 +276,10 @@ class CublasLtBackend final : public GemmBackend {
 
   // cuBLASLt ranks its algorithms per shape, so a neighbour's heuristicN win says nothing here.
   std::vector<int> probe_configs(const GemmProblem& /*p*/) const override { return all_configs(); }
+  // "heuristicN" is the N-th algorithm its heuristic ranks for the problem at hand.
+  bool ranks_configs_per_problem() const override { return true; }
+  // BLK128x128_32F reads scale_b with a row stride of ceil(K/128) rounded up to 4 (supports()).
+  bool wants_padded_block_scale_b() const override { return true; }
 
   // Static rules, then (with a GPU) whether cuBLASLt's heuristic has a config-th algorithm.
   std::string supports(const GemmProblem& p, int config) const override {

@@ -55,6 +55,7 @@ class ReferenceBackend final : public GemmBackend {
     if (p.m > int64_t{65535} * kernels::kRefTile) return "reference: M above 65535 * 64 rows";
     return "";
   }
+  bool slow_fallback() const override { return true; }
   void run(const GemmProblem& p, const GemmOperands& ops, int, cudaStream_t stream) const override {
     kernels::RefGemmParams k = params(p, ops);
     k.out = ops.out;
