@@ -20,6 +20,8 @@ class Fp8Linear(torch.nn.Module):
       tensor), "block" (1x128 groups; K % 128 == 0).
     Fp8Linear.from_float(weight, act=..., ...): quantizes a bf16/fp16/f32 weight itself (per channel,
       or 128x128 blocks for act="block").
+    forward(x) quantizes x itself; forward_quantized(q, s) takes codes and scales a fused producer
+      wrote (rms_norm_per_token_quant and the like).
 
     The plan is made once here (which backends can run the layer, the scale forms they need, the
     routing table's slice); forward looks up M. Build the module on the device it will run on: the
@@ -58,6 +60,17 @@ class Fp8Linear(torch.nn.Module):
 
     def forward(self, x):
         return torch.ops.fp8route.linear(x, self.weight, self._plan, self.act, self.out_dtype)
+
+    def forward_quantized(self, q, s):
+        """The GEMM on activations quantized already, for a producer that fuses the quantization
+        (fp8route.rms_norm_per_token_quant, silu_and_mul_per_token_group_quant, ...): q e4m3 [M, K],
+        s f32 as `act` needs it: [M] per token (act="row"); one element (act="tensor", a dynamic
+        or static per-tensor scale); [ceil(K/128), align(M, 4)] 1x128 group scales in the
+        col_major_tma layout (act="block"). Returns [M, N] in out_dtype; the C++ plan checks
+        the scale's shape against the act kind (a ValueError naming the scale)."""
+        if q.dim() != 2 or q.shape[1] != self.weight.shape[1]:
+            raise ValueError(f"q: expected [M, {self.weight.shape[1]}], got {tuple(q.shape)}")
+        return torch.ops.fp8route.linear_quantized(q, s, self.weight, self._plan, self.out_dtype)
 
     def route(self, m):
         """The backend/config a call with m rows runs."""

@@ -1,7 +1,7 @@
 """fp8route ops registered with torch.library (imported by fp8route when torch is installed).
 
 torch.ops.fp8route.scaled_mm, .per_token_group_quant, .per_token_quant, .rms_norm,
-.rms_norm_per_token_group_quant, .rms_norm_per_token_quant and .linear are custom ops with
+.rms_norm_per_token_group_quant, .rms_norm_per_token_quant, .linear and .linear_quantized are custom ops with
 fake (meta) implementations, so torch.compile traces them without running them and CUDA graphs
 capture them like any op (a call under capture gets scratch owned by the graph being captured,
 allocated in relaxed capture mode as PyTorch's allocator does)."""
@@ -135,3 +135,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, plan: int, act: str, out_dtype
 @linear.register_fake
 def _(x, weight, plan, act, out_dtype):
     return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=out_dtype)
+
+
+@torch.library.custom_op("fp8route::linear_quantized", mutates_args=())
+def linear_quantized(q: torch.Tensor, s: torch.Tensor, weight: torch.Tensor, plan: int,
+                     out_dtype: torch.dtype) -> torch.Tensor:
+    """Fp8Linear.forward_quantized: the plan's routed GEMM on activations already quantized for its
+    act kind (q e4m3 [M, K]; s f32 [M] for row, one element for tensor, [ceil(K/128), align(M, 4)]
+    col_major_tma group scales for block), so a fused producer (rms_norm_per_token_quant,
+    silu_and_mul_per_token_group_quant) feeds the GEMM without a second pass over the activations."""
+    y = torch.empty((q.shape[0], weight.shape[0]), dtype=out_dtype, device=q.device)
+    lib.linear_plan_run(plan, ops._bits(q), s, y)
+    return y
+
+
+@linear_quantized.register_fake
+def _(q, s, weight, plan, out_dtype):
+    return q.new_empty((q.shape[0], weight.shape[0]), dtype=out_dtype)

@@ -196,6 +196,8 @@ def test_bench_recheck_times_a_miss_again_and_keeps_a_real_one(tmp_path):
     table = tmp_path / "slow.json"
     table.write_text(json.dumps({**shipped, "entries": entries}))
     ex = run("explain", "--table", str(table), "--m", "64", "--n", "4096", "--k", "4096", "--scale", "row")
+    if "no CUTLASS headers" in ex.stdout:
+        pytest.skip("this build has no CUTLASS backend (the slow config under test is a CUTLASS one)")
     assert ex.returncode == 0 and f"choice: {slow[0]}/{slow[1]}\n" in ex.stdout, ex.stdout + ex.stderr
     if not has_gpu():
         pytest.skip("no CUDA device (bench needs one)")
