@@ -858,6 +858,13 @@ def _rope(x, cos, sin):
     return x * cos + torch.cat((-x[..., d:], x[..., :d]), dim=-1) * sin
 
 
+def _rope_qk(q, k, cos_table, sin_table, pos):
+    """q and k rotated by the angles of their positions (pos [B, S] into the [max_seq, D] tables):
+    one function so that torch.compile fuses the gathers and both rotations into one kernel."""
+    cos, sin = cos_table[pos].unsqueeze(2), sin_table[pos].unsqueeze(2)
+    return _rope(q, cos, sin), _rope(k, cos, sin)
+
+
 class LlamaModel:
     """The decoder on one tensor-parallel rank (see the module docstring).
 
@@ -869,7 +876,8 @@ class LlamaModel:
       (reset_cache reallocates it). With world > 1 the row-parallel outputs (o_proj, down_proj)
       are all-reduced and the vocabulary-parallel logits all-gathered over `group` (torch.distributed
       must be initialized); skip_collectives=True runs one rank alone without them (its partial
-      sums: for timing one rank, not for results). compile: torch.compile for torch_fp8.
+      sums: for timing one rank, not for results). compile: torch.compile on CUDA for torch_fp8's
+      quant functions and, for every backend, the rotary embedding of q and k.
     Build with LlamaModel.from_state_dict / from_pretrained / random.
     """
 
@@ -906,6 +914,7 @@ class LlamaModel:
         self.lm_head = vec(weights.lm_head)
         self.norm = vec(weights.norm)
         self._inv_freq = rope_inv_freq(cfg)
+        self._rope_qk = _compiled(_rope_qk, compile and self.device.type == "cuda")
         self._pool = None
         self.reset_cache(max_batch, max_seq)
 
@@ -1030,8 +1039,7 @@ class LlamaModel:
         if cfg.qk_norm:
             q = _rms_norm(q, layer.q_norm, cfg.rms_norm_eps)
             k = _rms_norm(k, layer.k_norm, cfg.rms_norm_eps)
-        cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)
-        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        q, k = self._rope_qk(q, k, self.cos, self.sin, pos)
         kc, vc = self.cache[i, 0, :b], self.cache[i, 1, :b]  # [b, hk, max_seq, d]
         rows = self._batch_index[:b, None]
         # In place at the positions' slots (index_put_ on views of the cache): no host sync, so
