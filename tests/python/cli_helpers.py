@@ -1,5 +1,6 @@
 """Helpers of the tests that run the fp8route binary: where it is, an environment that names no
 table or data folder, and a copy of it in another folder (a staged or installed layout)."""
+import json
 import os
 import shutil
 
@@ -30,3 +31,16 @@ def staged_copy(bin_dir):
     if os.path.exists(lib):
         shutil.copy2(lib, bin_dir)
     return os.path.join(bin_dir, "fp8route")
+
+
+def small_table(path, gpu="staged table"):
+    """A valid table unlike the shipped one; its stamp's GPU name says which one was read."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"format": "fp8route-routing-table", "version": 1,
+                   "stamp": {"gpu": gpu, "sm_count": 132, "cuda": "13.0", "cublaslt": "13.1", "fp8route": "0.1.0",
+                             "date": "2026-11-30"},
+                   "entries": [{"scale": "row", "out": "bf16", "n": 4096, "k": 4096,
+                                "breakpoints": [[4096, "cublaslt", "heuristic"]],
+                                "measured": [[4096, "cublaslt", "heuristic", 100.0]]}]}, f)
+    return path

@@ -11,22 +11,9 @@ import sys
 
 import pytest
 
-from cli_helpers import bare_env, cli_path, staged_copy
+from cli_helpers import bare_env, cli_path, small_table, staged_copy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def small_table(path, gpu):
-    """A valid table unlike the shipped one; its stamp's GPU name says which one was read."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"format": "fp8route-routing-table", "version": 1,
-                   "stamp": {"gpu": gpu, "sm_count": 132, "cuda": "13.0", "cublaslt": "13.1", "fp8route": "0.1.0",
-                             "date": "2026-11-30"},
-                   "entries": [{"scale": "row", "out": "bf16", "n": 4096, "k": 4096,
-                                "breakpoints": [[4096, "cublaslt", "heuristic"]],
-                                "measured": [[4096, "cublaslt", "heuristic", 100.0]]}]}, f)
-    return path
 
 
 def info_json(cmd, env):

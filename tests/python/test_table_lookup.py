@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from cli_helpers import bare_env, cli_path, staged_copy
+from cli_helpers import bare_env, cli_path, small_table, staged_copy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TABLE = os.path.join(ROOT, "routes", "h200.json")
@@ -24,18 +24,6 @@ def info_json(binary, env):
     r = subprocess.run([binary, "info", "--json"], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout)
-
-
-def small_table(path, gpu="staged table"):
-    """A valid table unlike the shipped one (its stamp names where it came from)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"format": "fp8route-routing-table", "version": 1,
-                   "stamp": {"gpu": gpu, "sm_count": 132, "cuda": "13.0", "cublaslt": "13.1", "fp8route": "0.1.0",
-                             "date": "2026-11-30"},
-                   "entries": [{"scale": "row", "out": "bf16", "n": 4096, "k": 4096,
-                                "breakpoints": [[4096, "cublaslt", "heuristic"]],
-                                "measured": [[4096, "cublaslt", "heuristic", 100.0]]}]}, f)
 
 
 def test_staged_binary_finds_the_table_beside_it(tmp_path):
