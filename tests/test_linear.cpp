@@ -22,6 +22,8 @@
 namespace fp8route {
 namespace {
 
+using test::expect_invalid;
+
 std::string source_dir() {
   const char* env = std::getenv("FP8ROUTE_SOURCE_DIR");
   return env ? env : FP8ROUTE_SOURCE_DIR;
@@ -123,17 +125,6 @@ TEST(LinearLayout, PlanRouterAgreesWithTheFullTable) {
 }
 
 // Runs fn, expects Error(invalid_argument) whose message contains `word`.
-template <class F>
-void expect_invalid(F&& fn, const std::string& word) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception; expected one naming '" << word << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.category(), ErrorCategory::invalid_argument) << e.what();
-    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
-  }
-}
-
 // The layer's tensors share one device, checked before any load-time work (fake addresses: no GPU).
 TEST(LinearPlanArgs, WeightScaleAndBiasOnTheWeightsDevice) {
   auto at = [](uintptr_t slot) { return reinterpret_cast<void*>((uintptr_t{1} << 36) + (slot << 32)); };

@@ -20,6 +20,7 @@ namespace fp8route {
 namespace {
 
 using test::bytes_equal;
+using test::expect_invalid;
 using test::download;
 using test::poison;
 using test::upload;
@@ -260,17 +261,6 @@ TEST(RmsNormGpu, DeterministicUnderGraphReplayWithAndWithoutPdl) {
 // ---- arguments (no GPU needed: every check runs before anything touches the device) -------------
 
 void* fake(uintptr_t at) { return reinterpret_cast<void*>(at); }
-
-template <class F>
-void expect_invalid(F&& fn, const std::string& word) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one naming '" << word << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.category(), ErrorCategory::invalid_argument) << e.what();
-    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << "'" << word << "' not in: " << e.what();
-  }
-}
 
 TEST(RmsNormArgs, ErrorsNameTheArgument) {
   const int64_t T = 4, H = 256;

@@ -29,6 +29,7 @@ namespace fp8route {
 namespace {
 
 using test::bytes_equal;
+using test::expect_invalid;
 using test::download;
 using test::poison;
 using test::upload;
@@ -615,17 +616,6 @@ TEST(RowQuantGpu, PerTensorDynamicLeavesNoStateBehind) {
 // ---- bad input: errors that name the argument, nothing written ------------------------------------
 
 // Runs fn, expects Error(invalid_argument) whose message contains `word`.
-template <class F>
-void expect_invalid(F&& fn, const std::string& word) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception; expected one naming '" << word << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.category(), ErrorCategory::invalid_argument) << e.what();
-    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
-  }
-}
-
 // These need no GPU: every argument check runs before the device is touched, so fake device
 // pointers are never dereferenced.
 TEST(QuantArgs, ErrorsNameTheArgument) {

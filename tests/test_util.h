@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fp8route/device.h"
+#include "fp8route/error.h"
 
 namespace fp8route::test {
 
@@ -31,6 +32,18 @@ inline uint64_t test_seed() {
     return v;
   }();
   return seed;
+}
+
+// fn() throws Error(invalid_argument) whose message contains `word` (the argument it names).
+template <class F>
+void expect_invalid(F&& fn, const std::string& word) {
+  try {
+    fn();
+    ADD_FAILURE() << "no exception; expected one naming '" << word << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << "'" << word << "' not in: " << e.what();
+  }
 }
 
 inline std::mt19937_64 make_rng(uint64_t salt = 0) { return std::mt19937_64(test_seed() ^ (salt * 0x9E3779B97F4A7C15ull)); }

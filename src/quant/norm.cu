@@ -94,10 +94,10 @@ NormParams input_params(const RmsNormInput& in) {
   return p;
 }
 
-// An output must not overlap any input, nor residual_out.
-void check_output(const TensorView& out, const char* name, const RmsNormInput& in) {
+// An output must not overlap any input, nor residual_out; `may_be_x`: it may be x itself (in place).
+void check_output(const TensorView& out, const char* name, const RmsNormInput& in, bool may_be_x = false) {
   check_same_device(out, name, in.x, "x");
-  check_no_overlap(out, name, in.x, "x");
+  if (!(may_be_x && same_view(out, in.x))) check_no_overlap(out, name, in.x, "x");
   check_no_overlap(out, name, in.weight, "weight");
   if (given(in.residual)) {
     check_no_overlap(out, name, in.residual, "residual");
@@ -148,12 +148,7 @@ void check_codes(const TensorView& q, const RmsNormInput& in) {
 void rms_norm(const RmsNormInput& in, const TensorView& out, cudaStream_t stream) {
   NormParams p = input_params(in);
   check_rows(out, "out", in.x);
-  if (!same_view(out, in.x)) check_no_overlap(out, "out", in.x, "x");
-  check_no_overlap(out, "out", in.weight, "weight");
-  if (given(in.residual)) {
-    check_no_overlap(out, "out", in.residual, "residual");
-    check_no_overlap(out, "out", in.residual_out, "residual_out");
-  }
+  check_output(out, "out", in, true);
   p.out = out.data;
   p.out_stride_t = out.stride(0);
   launch<NormOut::values>(in, p, stream);
