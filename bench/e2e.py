@@ -8,6 +8,14 @@ GPU, its linear layers as bf16, torch_fp8 and fp8route side by side in one run:
   fp8route   Fp8Linear (routed GEMM) fed by fp8route's fused residual-add + RMSNorm + quant ops
              (act="row" by default, --act block for 1x128 groups)
 
+and the attention of a decode step either way (a variant is BACKEND or BACKEND:ATTENTION):
+  :sdpa      torch ops: RoPE (compiled), the KV-cache write (index_put_), SDPA over the cache
+  :fused     fp8route.decode_attention: norms, RoPE, cache append and attention in one kernel
+             (no suffix: the model's default, fused on the GPU)
+The default variants are bf16:sdpa and torch_fp8:sdpa (what a torch user writes), torch_fp8 with
+the fused attention (so that fp8route's own linear-layer gain reads against the same attention) and
+fp8route.
+
   python3 bench/e2e.py                              # the default run: about 5 minutes on an H200
   python3 bench/e2e.py --models llama-3.1-8b --batches 1,32 --prefill 2048 --json e2e.json --plot e2e.png
   python3 bench/e2e.py --layers 4                   # a quick check: 4 layers of each model
@@ -78,7 +86,24 @@ MODELS = {
         "rope_theta": 1000000.0, "max_position_embeddings": 32768, "sliding_window": 131072,
         "use_sliding_window": False, "max_window_layers": 70, "vocab_size": 152064, "tie_word_embeddings": False}},
 }
-VARIANTS = ("bf16", "torch_fp8", "fp8route")
+BACKENDS = ("bf16", "torch_fp8", "fp8route")
+ATTENTIONS = ("sdpa", "fused")
+DEFAULT_VARIANTS = ["bf16:sdpa", "torch_fp8:sdpa", "torch_fp8:fused", "fp8route"]
+
+
+def split_variant(v):
+    """'fp8route' -> ('fp8route', None); 'torch_fp8:sdpa' -> ('torch_fp8', 'sdpa')."""
+    backend, _, attention = v.partition(":")
+    return backend, attention or None
+
+
+def variant_list(text):
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [n for n in names if split_variant(n)[0] not in BACKENDS or split_variant(n)[1] not in (None,) + ATTENTIONS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"BACKEND or BACKEND:ATTENTION with BACKEND of {', '.join(BACKENDS)} and "
+                                         f"ATTENTION of {', '.join(ATTENTIONS)}, got {text!r}")
+    return names
 
 
 def int_list(text):
@@ -155,15 +180,17 @@ def run_model(name, entry, args, bw, L):
     models, skipped = {}, {}
     for v in args.variants:
         try:
-            models[v] = L.LlamaModel(cfg, weights, backend=v, act=args.act, device="cuda", max_batch=max(args.batches),
-                                     max_seq=args.kv_len + 1, skip_collectives=tp > 1)
+            backend, attention = split_variant(v)
+            models[v] = L.LlamaModel(cfg, weights, backend=backend, act=args.act, device="cuda",
+                                     max_batch=max(args.batches), max_seq=args.kv_len + 1, skip_collectives=tp > 1,
+                                     attention=attention)
         except ValueError as e:  # e.g. act="block" where a rank's K is not a multiple of 128
             skipped[v] = str(e)
             print(f"  {v}: skipped: {e}", flush=True)
     torch.cuda.synchronize()
     print(f"\n== {name}: {cfg.num_hidden_layers} layers, rank shapes {L.rank_linear_shapes(cfg, tp)}"
           f"{'; ' + note if note else ''} (built in {time.time() - t0:.1f} s)", flush=True)
-    act = lambda v: args.act if v == "fp8route" else None  # noqa: E731
+    act = lambda v: args.act if split_variant(v)[0] == "fp8route" else None  # noqa: E731
     decode, prefill = [], []
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     for batch in args.batches:
@@ -177,13 +204,13 @@ def run_model(name, entry, args, bw, L):
         for v, ms in times.items():
             m = models[v]
             wbytes, kvb = m.weight_bytes(), m.kv_bytes(batch, args.kv_len + 1)
-            row = dict(model=name, tp=tp, variant=v, act=act(v), batch=batch, kv_len=args.kv_len, ms=ms,
+            row = dict(model=name, tp=tp, variant=v, attention=m.attention, act=act(v), batch=batch, kv_len=args.kv_len, ms=ms,
                        tok_s=batch / ms * 1e3, weight_bytes=wbytes, roofline_ms=wbytes / bw * 1e3, kv_bytes=kvb,
                        roofline_kv_ms=(wbytes + kvb) / bw * 1e3, routes=m.routes(batch))
             row["fraction"] = row["roofline_ms"] / ms
             row["fraction_kv"] = row["roofline_kv_ms"] / ms
             decode.append(row)
-            print(f"  decode batch {batch:4d} {v:9s}: {ms:8.3f} ms/step {row['tok_s']:10.1f} tok/s  "
+            print(f"  decode batch {batch:4d} {v:15s}: {ms:8.3f} ms/step {row['tok_s']:10.1f} tok/s  "
                   f"{100 * row['fraction']:5.1f}% of weight roofline, {100 * row['fraction_kv']:5.1f}% with KV",
                   flush=True)
         del steps
@@ -199,7 +226,7 @@ def run_model(name, entry, args, bw, L):
             fns = {v: (lambda m=m, t=toks: m.prefill(t)) for v, m in models.items()}
             for v, ms in interleaved_ms(fns, args.prefill_iters, warmup=1, seed=s).items():
                 prefill.append(dict(model=name, tp=tp, variant=v, act=act(v), tokens=s, ms=ms, tok_s=s / ms * 1e3))
-                print(f"  prefill {s:5d} tokens {v:9s}: {ms:9.2f} ms {s / ms * 1e3:10.0f} tok/s", flush=True)
+                print(f"  prefill {s:5d} tokens {v:15s}: {ms:9.2f} ms {s / ms * 1e3:10.0f} tok/s", flush=True)
             print(f"  (prefill {s}: {time.time() - t0:.1f} s)", flush=True)
     del models, weights
     gc.collect()
@@ -268,8 +295,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", type=name_list(tuple(MODELS)), default=list(MODELS),
                     help=f"comma-separated, of {', '.join(MODELS)} (default: all)")
-    ap.add_argument("--variants", type=name_list(VARIANTS), default=list(VARIANTS),
-                    help=f"comma-separated, of {', '.join(VARIANTS)} (default: all)")
+    ap.add_argument("--variants", type=variant_list, default=list(DEFAULT_VARIANTS),
+                    help=f"comma-separated BACKEND[:ATTENTION] (default: {','.join(DEFAULT_VARIANTS)})")
     ap.add_argument("--batches", type=int_list, default=[1, 8, 32, 128], help="decode batch sizes")
     ap.add_argument("--prefill", type=lambda t: [] if t in ("", "0", "none") else int_list(t),
                     default=[512, 2048, 8192], help="prefill lengths ('none': no prefill)")

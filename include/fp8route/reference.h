@@ -94,6 +94,32 @@ struct RmsNormOutput {
 RmsNormOutput rms_norm(const void* x, const void* residual, int64_t row_stride, const void* weight, DType dtype,
                        int64_t tokens, int64_t hidden, float eps);
 
+// ---- Decode attention ---------------------------------------------------------------------------
+
+// Decode attention as docs/numerics.md "Decode attention" defines it, on contiguous host copies
+// (16-bit words of `dtype`, bf16 or f16): qkv [B, (Hq + 2 Hk) * D], caches [B, Hk, S, D] (updated
+// in place at each sequence's position), cos/sin [>= S, D], positions [B], q_norm/k_norm [D] or
+// null. Per head: optional RMSNorm (as rms_norm above, over D), rotation in fp32 rounded to the
+// dtype, then softmax(q k^T * scale) v in double over positions max(0, p - window + 1) .. p.
+// Returns out [B, Hq * D] as doubles (unrounded); a sequence whose position is outside [0, S)
+// gets NaN and leaves the caches alone.
+struct DecodeAttentionProblem {
+  DType dtype = DType::bf16;
+  int64_t batch = 0, hq = 0, hk = 0, head_dim = 0, seq = 0;
+  const uint16_t* qkv = nullptr;
+  uint16_t* k_cache = nullptr;
+  uint16_t* v_cache = nullptr;
+  const uint16_t* cos = nullptr;
+  const uint16_t* sin = nullptr;
+  const int32_t* positions = nullptr;
+  const uint16_t* q_norm = nullptr;
+  const uint16_t* k_norm = nullptr;
+  float eps = 1e-6f;
+  float scale = 0.0f;  // 0: 1 / sqrt(D)
+  int window = 0;
+};
+std::vector<double> decode_attention(const DecodeAttentionProblem& p);
+
 // ---- GEMM ---------------------------------------------------------------------------------------
 
 // y[M, N] = (sum_k a[m, k] * b[n, k]) * sa * sb (+ bias[n]) in fp64 on dequantized E4M3 operands,

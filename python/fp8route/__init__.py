@@ -7,6 +7,7 @@ C++ message naming the argument and the rule.
 """
 from ._native import lib as _lib
 from .ops import (
+    decode_attention,
     explain,
     load_table,
     save_table,
@@ -46,7 +47,7 @@ __all__ = [
     "silu_and_mul_per_token_group_quant", "masked_per_token_group_quant",
     "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "per_token_quant",
     "per_tensor_quant", "rms_norm", "rms_norm_per_token_group_quant", "rms_norm_per_token_quant",
-    "rms_norm_per_tensor_quant", "scaled_mm", "__version__",
+    "rms_norm_per_tensor_quant", "decode_attention", "scaled_mm", "__version__",
 ]
 
 try:  # torch is optional: the ops above work on any DLPack tensor given out= buffers.

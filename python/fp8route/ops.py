@@ -184,6 +184,30 @@ def rms_norm_per_tensor_quant(x, weight, scale, eps=1e-6, residual=None, residua
     return q if residual is None else (q, h)
 
 
+def decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale=None, window=0,
+                     q_norm=None, k_norm=None, eps=1e-6, out=None):
+    """Attention of one new token per sequence over its KV cache, fused with what precedes it:
+    qkv [B, (Hq + 2 Hk) * D] (bf16/f16; the q heads, then k, then v) -> optional per-head RMSNorm of
+    q and k (q_norm, k_norm [D]), rotary embedding by row `position` of cos/sin [>= S, D]
+    (rotate-half), k and v written to k_cache / v_cache [B, Hk, S, D] at each sequence's position,
+    then softmax(q k^T * scale) v over positions max(0, p - window + 1) .. p (window 0: all).
+    positions: int32 [B] on the device (int64 is converted: one small copy per call). scale: default
+    1 / sqrt(D). Returns out [B, Hq * D]. A position outside [0, S) writes nothing and gives NaN."""
+    if _is_torch(positions) and positions.dtype == torch.int64:
+        positions = positions.to(torch.int32)
+    _check_ndim(qkv, 2, "qkv", "[B, (Hq + 2 Hk) * D]")
+    if out is None:
+        d = qkv.shape[1] // (num_q_heads + 2 * num_kv_heads) if num_q_heads + 2 * num_kv_heads > 0 else 0
+        out = _empty(qkv, (qkv.shape[0], num_q_heads * d), _name_of(qkv))
+    has = q_norm is not None or k_norm is not None
+    if has and (q_norm is None or k_norm is None):
+        raise ValueError("q_norm, k_norm: give both or neither")
+    lib.decode_attention(qkv, k_cache, v_cache, cos, sin, positions, has, q_norm if has else qkv,
+                         k_norm if has else qkv, float(eps), int(num_q_heads), int(num_kv_heads),
+                         0.0 if scale is None else float(scale), int(window), out)
+    return out
+
+
 def _scale_kind(scale_a, scale_b, scale):
     if scale is not None:
         return scale

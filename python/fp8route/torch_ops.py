@@ -1,10 +1,10 @@
 """fp8route ops registered with torch.library (imported by fp8route when torch is installed).
 
 torch.ops.fp8route.scaled_mm, .per_token_group_quant, .per_token_quant, .rms_norm,
-.rms_norm_per_token_group_quant, .rms_norm_per_token_quant, .linear and .linear_quantized are custom ops with
-fake (meta) implementations, so torch.compile traces them without running them and CUDA graphs
-capture them like any op (a call under capture gets scratch owned by the graph being captured,
-allocated in relaxed capture mode as PyTorch's allocator does)."""
+.rms_norm_per_token_group_quant, .rms_norm_per_token_quant, .decode_attention, .linear and
+.linear_quantized are custom ops with fake (meta) implementations, so torch.compile traces them
+without running them and CUDA graphs capture them like any op (a call under capture gets scratch
+owned by the graph being captured, allocated in relaxed capture mode as PyTorch's allocator does)."""
 from typing import Optional, Tuple
 
 import torch
@@ -152,3 +152,19 @@ def linear_quantized(q: torch.Tensor, s: torch.Tensor, weight: torch.Tensor, pla
 @linear_quantized.register_fake
 def _(q, s, weight, plan, out_dtype):
     return q.new_empty((q.shape[0], weight.shape[0]), dtype=out_dtype)
+
+
+@torch.library.custom_op("fp8route::decode_attention", mutates_args=("k_cache", "v_cache"))
+def decode_attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor, positions: torch.Tensor, num_q_heads: int, num_kv_heads: int, scale: float,
+                     window: int, q_norm: Optional[torch.Tensor], k_norm: Optional[torch.Tensor],
+                     eps: float) -> torch.Tensor:
+    """ops.decode_attention (scale 0: 1 / sqrt(D)); writes the new rows of k_cache and v_cache."""
+    return ops.decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads,
+                                scale=scale or None, window=window, q_norm=q_norm, k_norm=k_norm, eps=eps)
+
+
+@decode_attention.register_fake
+def _(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale, window, q_norm, k_norm, eps):
+    d = k_cache.shape[-1]
+    return qkv.new_empty((qkv.shape[0], num_q_heads * d))

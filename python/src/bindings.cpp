@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fp8route/attention.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
@@ -250,6 +251,36 @@ void rms_norm(FfiTensor x, FfiTensor weight, double eps, bool has_residual, FfiT
       fp8route::rms_norm_per_tensor_quant_static(in, view(s, "scale"), view(q, "q"), stream_of(x));
     else
       FP8ROUTE_CHECK(false, "quant: expected none, group, token or tensor_static, got '" << kind << "'");
+  });
+}
+
+// Fused decode attention (include/fp8route/attention.h); q_norm/k_norm are read only with has_norm.
+void decode_attention(FfiTensor qkv, FfiTensor k_cache, FfiTensor v_cache, FfiTensor cos, FfiTensor sin,
+                      FfiTensor positions, bool has_norm, FfiTensor q_norm, FfiTensor k_norm, double eps,
+                      int64_t num_q_heads, int64_t num_kv_heads, double scale, int64_t window, FfiTensor out) {
+  guarded([&] {
+    const DeviceGuard device(qkv);
+    FP8ROUTE_CHECK(num_q_heads > 0 && num_q_heads <= 0x7FFFFFFF, "num_q_heads: outside [1, 2^31), got " << num_q_heads);
+    FP8ROUTE_CHECK(num_kv_heads > 0 && num_kv_heads <= 0x7FFFFFFF,
+                   "num_kv_heads: outside [1, 2^31), got " << num_kv_heads);
+    FP8ROUTE_CHECK(window >= 0 && window <= 0x7FFFFFFF, "window: outside [0, 2^31), got " << window);
+    fp8route::DecodeAttentionArgs a;
+    a.qkv = view(qkv, "qkv");
+    a.k_cache = view(k_cache, "k_cache");
+    a.v_cache = view(v_cache, "v_cache");
+    a.cos = view(cos, "cos");
+    a.sin = view(sin, "sin");
+    a.positions = view(positions, "positions");
+    if (has_norm) {
+      a.q_norm = view(q_norm, "q_norm");
+      a.k_norm = view(k_norm, "k_norm");
+    }
+    a.eps = static_cast<float>(eps);
+    a.num_q_heads = static_cast<int>(num_q_heads);
+    a.num_kv_heads = static_cast<int>(num_kv_heads);
+    a.scale = static_cast<float>(scale);
+    a.window = static_cast<int>(window);
+    fp8route::decode_attention(a, view(out, "out"), stream_of(qkv));
   });
 }
 
@@ -528,3 +559,4 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_explain, linear_plan_explain);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_probe, linear_plan_probe);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_free, linear_plan_free);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(probe_shapes, probe_shapes);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_attention, decode_attention);

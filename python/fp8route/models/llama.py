@@ -9,7 +9,7 @@
     logits = step(tokens, positions)
 
 Each layer: input_layernorm -> qkv_proj (q, k, v fused) -> [Qwen3: q_norm, k_norm] -> RoPE ->
-attention (torch SDPA, grouped-query) over a static KV cache -> o_proj -> residual add;
+attention (grouped-query) over a static KV cache -> o_proj -> residual add;
 post_attention_layernorm -> gate_up_proj (fused) -> silu_and_mul -> down_proj -> residual add. Then
 the final norm and lm_head (a bf16 F.linear: the vocabulary projection is kept out of FP8).
 
@@ -25,6 +25,11 @@ Backends (the linear layers, and the norms and quantizations that feed them):
               and silu_and_mul it follows, then torch._scaled_mm with row-wise scales.
   "bf16"      F.linear on the dequantized weights in bf16, norms in plain torch.
   "ref"       float32 throughout on the dequantized weights (CPU or GPU): the tests' reference.
+
+Attention (attention=, any backend): "fused" (the default on CUDA in bf16/f16 where the head dim is
+64, 128 or 256) runs a decode step's q/k norms, RoPE, KV-cache append and attention as one fp8route
+kernel (fp8route.decode_attention); prefill, and "sdpa", use torch: RoPE compiled, the cache written
+with index_put_, SDPA.
 
 Weights come from an HF-style state dict: safetensors checkpoints (FP8 per tensor with an optional
 static input_scale, FP8 per channel, FP8 in 128x128 blocks with weight_scale_inv, or unquantized), or
@@ -44,6 +49,8 @@ import torch
 import torch.nn.functional as F
 
 BACKENDS = ("fp8route", "torch_fp8", "bf16", "ref")
+ATTENTIONS = ("fused", "sdpa")
+FUSED_HEAD_DIMS = (64, 128, 256)  # the head dims fp8route.decode_attention is built for
 _ACTS = ("row", "block", "tensor")
 _FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 FP8_MAX = 448.0  # largest finite E4M3 value
@@ -869,7 +876,7 @@ class LlamaModel:
     """The decoder on one tensor-parallel rank (see the module docstring).
 
     LlamaModel(config, weights, backend="fp8route", act="row", device=None, max_batch=1, max_seq=2048,
-               skip_collectives=False, group=None, compile=True)
+               skip_collectives=False, group=None, compile=True, attention=None)
       weights: a RankWeights (its rank and world are the model's). device: where the model runs
       (default: the weights'). max_batch, max_seq: the static KV cache
       [layers, 2, max_batch, kv_heads of the rank, max_seq, head_dim] in the backend's dtype
@@ -878,11 +885,13 @@ class LlamaModel:
       must be initialized); skip_collectives=True runs one rank alone without them (its partial
       sums: for timing one rank, not for results). compile: torch.compile on CUDA for torch_fp8's
       quant functions and, for every backend, the rotary embedding of q and k.
+      attention: "fused" (decode steps through fp8route.decode_attention; the default on CUDA in
+      bf16/f16 at head_dim 64, 128 or 256) or "sdpa" (torch ops; the choice everywhere else).
     Build with LlamaModel.from_state_dict / from_pretrained / random.
     """
 
     def __init__(self, config, weights, backend="fp8route", act="row", device=None, max_batch=1, max_seq=2048,
-                 skip_collectives=False, group=None, compile=True):
+                 skip_collectives=False, group=None, compile=True, attention=None):
         self.config = cfg = config
         self.backend_name, self.act = backend, act
         self.device = torch.device(device) if device is not None else weights.embed.device
@@ -890,6 +899,16 @@ class LlamaModel:
             raise ValueError(f"device: backend {backend} runs on CUDA, got {self.device}")
         self.backend = be = _make_backend(backend, act, compile)
         self.dtype = be.dtype
+        fusable = (self.device.type == "cuda" and self.dtype in (torch.bfloat16, torch.float16)
+                   and cfg.head_dim in FUSED_HEAD_DIMS)
+        self.attention = attention or ("fused" if fusable else "sdpa")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"attention: one of {ATTENTIONS}, got {attention!r}")
+        if self.attention == "fused" and not fusable:
+            raise ValueError(f"attention: 'fused' runs on CUDA in bf16/f16 at head_dim {FUSED_HEAD_DIMS}; this "
+                             f"model is {self.dtype} on {self.device}, head_dim {cfg.head_dim}: use 'sdpa'")
+        if self.attention == "fused":
+            import fp8route  # noqa: F401  (registers torch.ops.fp8route)
         self.rank, self.world = weights.rank, weights.world
         self.group = group
         self.collectives = self.world > 1 and not skip_collectives
@@ -1018,10 +1037,17 @@ class LlamaModel:
         b, s = tokens.shape
         cfg, be = self.config, self.backend
         x = F.embedding(tokens.reshape(-1), self.embed)
+        fused = self.attention == "fused" and s == 1 and not fresh
+        pos32 = pos.reshape(-1).to(torch.int32) if fused else None  # once per step, not per layer
         residual = None  # h, the residual stream; x is what the last sublayer adds to it
         for i, layer in enumerate(self.layers):
             qkv, residual = be.norm_linear(x, residual, layer.input_norm, cfg.rms_norm_eps, layer.qkv)
-            attn = self._attention(i, layer, qkv, pos, b, s, kv_len, fresh)
+            if fused:
+                attn = torch.ops.fp8route.decode_attention(
+                    qkv, self.cache[i, 0, :b], self.cache[i, 1, :b], self.cos, self.sin, pos32, self.hq, self.hk,
+                    0.0, cfg.sliding_window or 0, layer.q_norm, layer.k_norm, cfg.rms_norm_eps)
+            else:
+                attn = self._attention(i, layer, qkv, pos, b, s, kv_len, fresh)
             o = self._all_reduce(be.linear_call(attn, layer.o))
             gu, residual = be.norm_linear(o, residual, layer.post_norm, cfg.rms_norm_eps, layer.gate_up)
             x = self._all_reduce(be.silu_linear(gu, layer.down))
