@@ -195,19 +195,22 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
     l[j] = 0.0f;
   }
   constexpr int kRowsPerIter = kSteps * kRowsPerStep;
-  for (int r0 = begin + warp * kRowsPerIter; r0 < end; r0 += kAttnWarps * kRowsPerIter) {
-    Raw8<T> kr[kSteps], vr[kSteps];
+  // Rows of the iteration at r0 into registers; zeros past `end` (a masked row's weight is 0, and
+  // 0 * stale NaN bits would poison the sums).
+  auto load_rows = [&](int r0, Raw8<T> (&kr)[kSteps], Raw8<T> (&vr)[kSteps]) {
 #pragma unroll
     for (int i = 0; i < kSteps; ++i) {
       const int r = r0 + i * kRowsPerStep + sub;
-      if (r < end) {
-        kr[i] = load_raw8(kc + r * p.kc_sp + e0);
-        vr[i] = load_raw8(vc + r * p.vc_sp + e0);
-      } else {  // zeros: a masked row's weight is 0, and 0 * (stale NaN bits) would poison the sums
-        kr[i] = Raw8<T>{};
-        vr[i] = Raw8<T>{};
-      }
+      kr[i] = r < end ? load_raw8(kc + r * p.kc_sp + e0) : Raw8<T>{};
+      vr[i] = r < end ? load_raw8(vc + r * p.vc_sp + e0) : Raw8<T>{};
     }
+  };
+  // Software pipelined: the next iteration's loads are issued before this one's arithmetic.
+  Raw8<T> kr[kSteps], vr[kSteps];
+  load_rows(begin + warp * kRowsPerIter, kr, vr);
+  for (int r0 = begin + warp * kRowsPerIter; r0 < end; r0 += kAttnWarps * kRowsPerIter) {
+    Raw8<T> kn[kSteps], vn[kSteps];
+    load_rows(r0 + kAttnWarps * kRowsPerIter, kn, vn);
     float s[kSteps][G];
 #pragma unroll
     for (int i = 0; i < kSteps; ++i) {
@@ -247,6 +250,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
         for (int t = 0; t < kQuantVec; ++t) o[j][t] = fmaf(pr, v[t], o[j][t]);
       }
     }
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) kr[i] = kn[i], vr[i] = vn[i];
   }
   griddep_launch_dependents();
 
