@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   }
 
   return tools::run_reporting_errors("gemm_bench", [&] {
+    set_autoprobe(false);  // "routed" times the table's routing, the route its row names (route.h)
     // Every option is checked before the GPU is looked for.
     const std::vector<int64_t> tp_list = tools::parse_int_list(tps, "--tp", 1, 1024);
     const std::vector<int64_t> m_list = ms.empty() ? std::vector<int64_t>{} : tools::parse_int_list(ms, "--m", 1, kMaxDim);

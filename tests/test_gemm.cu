@@ -364,19 +364,27 @@ TEST(GemmBackends, AllConfigsExactOnSmallIntegers) {
   const S shapes[] = {{128, 256, 512}, {4, 4096, 1024}, {64, 2112, 1024}, {1000, 1536, 256}, {1, 512, 256}};
   uint64_t idx = 1000;
   std::map<std::string, int> ran;
+  std::set<std::string> quick_done;
   for (const S& s : shapes) {
     for (ScaleKind kind : kKinds) {
       for (int combo = 0; combo < 4; ++combo) {
         GemmProblem p = make_problem(s.m, s.n, s.k, kind, combo % 2 ? DType::f16 : DType::bf16, combo / 2);
         if (kind == ScaleKind::row && combo == 3) p.sa_vector = false;
         if (kind == ScaleKind::row && combo == 1) p.sb_vector = false;
-        Problem prob(p, true, case_seed(++idx), /*ldo_pad=*/combo == 2 ? 8 : 0);
+        std::vector<std::pair<std::string, std::string>> todo;
         for (const std::string& b : gemm_backends())
-          for (const std::string& c : gemm_configs(b)) {
-            if (!gemm_supports(b, c, p).empty()) continue;
-            ++ran[b + "/" + c];
-            expect_good(prob.run(b, c), true, prob.repro(b, c));
-          }
+          for (const std::string& c : gemm_configs(b))
+            // FP8ROUTE_TEST_QUICK: each config once per scale kind and output dtype.
+            if (gemm_supports(b, c, p).empty() &&
+                (!test::quick() || quick_done.insert(b + "/" + c + " " + std::string(name(kind)) + " " +
+                                                     std::string(dtype_name(p.out))).second))
+              todo.emplace_back(b, c);
+        if (todo.empty()) continue;
+        Problem prob(p, true, case_seed(++idx), /*ldo_pad=*/combo == 2 ? 8 : 0);
+        for (const auto& [b, c] : todo) {
+          ++ran[b + "/" + c];
+          expect_good(prob.run(b, c), true, prob.repro(b, c));
+        }
         if (testing::Test::HasFailure()) return;
       }
     }
@@ -540,8 +548,11 @@ TEST(LinearPlanGpu, RunsTheReportedRouteWithItsScaleForm) {
   };
   uint64_t idx = 5000;
   std::map<std::string, int> ran;
+  // FP8ROUTE_TEST_QUICK: M = 1 (cuBLASLt's scalar case), 4 and 16 (bias) only.
+  const std::vector<int64_t> ms = test::quick() ? std::vector<int64_t>{1, 4, 16}
+                                                : std::vector<int64_t>{1, 3, 4, 16, 64, 130, 1000};
   for (const Case& c : cases)
-    for (int64_t m : {1, 3, 4, 16, 64, 130, 1000}) {
+    for (int64_t m : ms) {
       GemmProblem p = make_problem(m, c.n, c.k, c.gemm, m % 2 ? DType::f16 : DType::bf16, m == 16);
       if (c.gemm == ScaleKind::row) p.sa_vector = c.sa_vector && m != 1, p.sb_vector = c.sb_vector;
       Problem prob(p, false, case_seed(++idx));
@@ -712,9 +723,12 @@ TEST(GemmBackends, FirstCallOnAStreamUnderCapture) {
     GemmProblem p = make_problem(64, 4096, 14336 / 8, kind, DType::bf16, false);
     Problem prob(p, false, case_seed(++idx));
     const int64_t bytes = p.m * p.n * 2;
-    for (const std::string& b : gemm_backends())
+    for (const std::string& b : gemm_backends()) {
+      bool ran_one = false;
       for (const std::string& c : gemm_configs(b)) {
         if (!gemm_supports(b, c, p).empty()) continue;
+        if (test::quick() && ran_one) break;  // FP8ROUTE_TEST_QUICK: one config per backend and kind
+        ran_one = true;
         cudaStream_t stream;  // new per config: its first call on this stream is the captured one
         ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
         const Result reference = prob.run(b, c);  // the legacy default stream, against the reference
@@ -727,6 +741,7 @@ TEST(GemmBackends, FirstCallOnAStreamUnderCapture) {
                                       ("direct run on the captured stream: " + prob.repro(b, c)).c_str()));
         ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
       }
+    }
   }
 }
 
@@ -935,6 +950,7 @@ TEST(GemmBackends, ElementAlignedScalesAndBiasRunOnFastBackends) {
   problems.push_back(make_problem(16, 4096, 1024, ScaleKind::tensor, DType::bf16, true));
   uint64_t idx = 6000;
   std::map<std::string, int> ran;
+  std::set<std::string> quick_done;
   for (const GemmProblem& p : problems) {
     const OwnGemm aligned(p, case_seed(++idx));
     for (int which = 0; which < 3; ++which) {
@@ -954,6 +970,8 @@ TEST(GemmBackends, ElementAlignedScalesAndBiasRunOnFastBackends) {
         if (b == "reference") continue;
         for (const std::string& c : gemm_configs(b)) {
           if (!gemm_supports(b, c, got).empty()) continue;
+          // FP8ROUTE_TEST_QUICK: each config once per offset operand (on the first problem it runs).
+          if (test::quick() && !quick_done.insert(b + "/" + c + " " + operand).second) continue;
           ASSERT_EQ(cudaMemsetAsync(g.out.data(), 0xFF, g.out_bytes(), stream), cudaSuccess);
           scaled_mm(g.args, b, c, stream);
           ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);

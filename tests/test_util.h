@@ -46,6 +46,17 @@ void expect_invalid(F&& fn, const std::string& word) {
   }
 }
 
+// FP8ROUTE_TEST_QUICK=1 (any value but 0): the GPU tests that read it run a few representative
+// problems instead of their whole lists, for runs under compute-sanitizer (scripts/sanitize.sh),
+// whose instrumented kernels are 10-100x slower. Their assertions stay the same.
+inline bool quick() {
+  static const bool q = [] {
+    const char* s = std::getenv("FP8ROUTE_TEST_QUICK");
+    return s != nullptr && *s != '\0' && std::string(s) != "0";
+  }();
+  return q;
+}
+
 inline std::mt19937_64 make_rng(uint64_t salt = 0) { return std::mt19937_64(test_seed() ^ (salt * 0x9E3779B97F4A7C15ull)); }
 
 }  // namespace fp8route::test

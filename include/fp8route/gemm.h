@@ -12,6 +12,23 @@
 // Block scale_b may also be the padded form cuBLASLt reads: the same [ceil(N/128), ceil(K/128)]
 // view with row stride align(ceil(K/128), 4) (GemmProblem::sb_padded).
 //
+// The forms inference engines pass (torch._scaled_mm, CUTLASS- and DeepGEMM-style calls) are taken
+// too, each as the memory of a form above, decided by shapes and strides alone:
+// - b as the [K, N] transpose view of an [N, K] weight (weight.t(): stride(0) == 1). Where the
+//   shape fits both (K == N), unit last stride means [N, K] and unit first stride [K, N]. A
+//   row-major [K, N] b is an error naming b.
+// - row scales of any shape with M (N) elements, contiguous: [M], [M, 1]; [N], [N, 1], [1, N]; one
+//   element ([1], [1, 1]) for a scalar.
+// - block scale_b as its [ceil(K/128), ceil(N/128)] transpose view (stride(0) == 1); a square shape:
+//   the strides decide, as for b.
+// - block scale_a as an [M, ceil(K/128)] view. Strides [1, align(M, 4)], the physical buffer's
+//   transpose view (what M-major group quantization with TMA-aligned scales returns), are read in
+//   place, as is any view of that same memory (one K block with M % 4 == 0); other strides (the
+//   K-major [M, ceil(K/128)] tensor of row-major group quantization, or an M-major buffer with
+//   another row stride) are gathered by scaled_mm() into a workspace of the stream (one small
+//   kernel, graph-capturable; LinearPlan::run refuses them). A contiguous
+//   tensor whose shape is both forms (M == ceil(K/128), M % 4 == 0) is the physical form.
+//
 // Every function checks its arguments before anything is enqueued and throws Error naming the
 // argument and the rule; work is enqueued on `stream`, nothing synchronizes, and every backend
 // can be captured in a CUDA graph.
@@ -61,7 +78,7 @@ GemmProblem make_problem(int64_t m, int64_t n, int64_t k, ScaleKind scale,
 
 struct ScaledMmArgs {
   TensorView a;        // e4m3 [M, K]
-  TensorView b;        // e4m3 [N, K]
+  TensorView b;        // e4m3 [N, K], or its [K, N] transpose view (see above)
   TensorView scale_a;  // see the table above
   TensorView scale_b;
   TensorView bias;     // optional (data == nullptr: none): [N], dtype of out
@@ -71,6 +88,16 @@ struct ScaledMmArgs {
 
 // Checks every argument (throws Error(invalid_argument) naming it) and describes the problem.
 GemmProblem check_scaled_mm(const ScaledMmArgs& args);
+
+// The scale kind the shapes of scale_a and scale_b imply (args.scale is ignored), for callers that
+// do not name one: tensor when both have one element; else row when scale_a is [M], [M, 1] or one
+// element and scale_b [N], [N, 1], [1, N] or one element; else block when scale_a is
+// [ceil(K/128), align(M, 4)] or [M, ceil(K/128)] and scale_b [ceil(N/128), ceil(K/128)] or
+// [ceil(K/128), ceil(N/128)]. Row comes first: with K <= 128 an [M, 1] scale_a is also one block per
+// row, and a scale_b that then fits both kinds makes them the same product. Throws
+// Error(invalid_argument) naming a or b when their shapes do not make a GEMM, and scale_a, scale_b
+// when no kind fits. Strides and dtypes are check_scaled_mm's to check.
+ScaleKind infer_scale_kind(const ScaledMmArgs& args);
 
 // The GEMM: checks the arguments once, routes the problem with the process-wide Router
 // (default_router() in route.h: the measured routing table, else gemm_select()), runs the choice.

@@ -63,8 +63,10 @@ class LinearPlan {
  public:
   // weight: e4m3 [N, K]; weight_scale: f32 as in the table above; bias: optional [N] in out's
   // dtype. They stay owned by the caller and must outlive the plan. router: default_router() when
-  // null. Load-time work (a copy of a scale) is done on `stream` and waited for. Throws
-  // Error(invalid_argument) naming the argument when something does not fit.
+  // null; then a shape the table has no exact entry for is routed by this GPU's timings of it, from
+  // the probe cache or probed here once (automatic probing, route.h; autoprobe_config() turns it
+  // off). Load-time work (a copy of a scale) is done on `stream` and waited for; a probe times on a
+  // stream of its own. Throws Error(invalid_argument) naming the argument when something does not fit.
   LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act, DType out,
              TensorView bias = {}, std::shared_ptr<const Router> router = nullptr,
              cudaStream_t stream = nullptr);
@@ -100,7 +102,8 @@ class LinearPlan {
   DeviceBuffer prepared_scale_;  // the expanded or padded weight scale, when the layout needs one
   TensorView prepared_scale_view_;
   std::shared_ptr<const Router> router_;
-  std::set<int64_t> probed_m_;  // the M probe() measured
+  std::set<int64_t> probed_m_;  // the M probe() or the automatic probe measured
+  std::string autoprobed_;      // where the automatic probe's timings came from ("" when none)
   struct Cache;
   std::shared_ptr<Cache> cache_;
 };

@@ -212,4 +212,53 @@ void load_default_table(const std::string& path);
 // Bumped by every set_default_router(): callers that cache routes compare it.
 uint64_t default_router_generation();
 
+// ---- Automatic probing (docs/routing.md, "Automatic probing") ----------------------------------
+// A LinearPlan made without a router (it routes by default_router()) and the routed scaled_mm,
+// when they meet a (scale kind, out dtype, N, K) that their router's table has no exact entry for,
+// time its candidates once on the current GPU (probe_shape with AutoProbeConfig::probe), keep the
+// timings in the on-disk probe cache and route by them from then on, in this process and the next.
+// A LinearPlan probes when it is made (load time); scaled_mm at its first eager call of the shape.
+// Never under CUDA graph capture of the call's stream: that call routes by the table and the next
+// eager call probes. The cache holds one file per shape, keyed by the GPU (name, SM count) and the
+// CUDA, cuBLASLt and fp8route versions; another machine's files are ignored. Processes may share
+// it: a file is written whole to a temporary name and renamed, and a file that does not read back
+// is ignored (one line under FP8ROUTE_LOG).
+struct AutoProbeConfig {
+  bool enabled = true;    // FP8ROUTE_AUTOPROBE=0 turns it off
+  std::string cache_dir;  // FP8ROUTE_CACHE_DIR, else $XDG_CACHE_HOME/fp8route, else $HOME/.cache/fp8route;
+                          // "": timings kept in this process only
+  double budget_s = 120;  // FP8ROUTE_AUTOPROBE_BUDGET: seconds of probing per process; a shape met once
+                          // they are spent routes by the table (a probe started before finishes)
+  // 13 M from decode to prefill (the router interpolates between them) and two graph instances,
+  // against ProbeOptions' 21 M and four: the one-time cost per shape is what autoprobe_records() says.
+  ProbeOptions probe = {{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}, 5, false, 5, 20, 2};
+};
+// The configuration from the environment (read once), or the last one set.
+AutoProbeConfig autoprobe_config();
+// Replaces it for this process. Turning probing on drops scaled_mm's cached routes, so shapes met
+// while it was off are probed at their next call.
+void set_autoprobe_config(const AutoProbeConfig& config);
+// set_autoprobe_config() with only `enabled` changed.
+void set_autoprobe(bool enabled);
+
+// What automatic probing did for one shape in this process (autoprobe_records()).
+struct AutoProbeRecord {
+  ScaleKind scale = ScaleKind::tensor;
+  DType out = DType::bf16;
+  int64_t n = 0, k = 0;
+  std::string caller;  // what met the shape first: "LinearPlan" or "scaled_mm"
+  // probed: timed here; cached: read from the probe cache; skipped: not probed (the budget was
+  // spent, or one candidate at every M: nothing to rank); failed: the probe threw (note says why).
+  enum class Outcome { probed, cached, skipped, failed } outcome = Outcome::probed;
+  double seconds = 0;      // spent probing here (cached: what the probe that wrote the file took)
+  std::vector<int64_t> m;  // the M with timings
+  size_t timings = 0;      // (M, backend, config) timed
+  std::string file;        // the cache file written or read ("" when none)
+  std::string note;        // skipped, failed: why; probed: why the file was not written, if it was not
+};
+std::string_view name(AutoProbeRecord::Outcome o);
+// Every shape automatic probing settled in this process, in order (the seconds of `probed` ones sum
+// to the one-time cost).
+std::vector<AutoProbeRecord> autoprobe_records();
+
 }  // namespace fp8route

@@ -208,24 +208,42 @@ def decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, nu
     return out
 
 
-def _scale_kind(scale_a, scale_b, scale):
-    if scale is not None:
-        return scale
-    numel = lambda t: int(__import__("math").prod(t.shape))  # noqa: E731
-    if numel(scale_a) == 1 and numel(scale_b) == 1:
-        return "tensor"
-    return "block" if len(scale_a.shape) == 2 and len(scale_b.shape) == 2 else "row"
+def _b_cols(a, b):
+    """N of a scaled_mm: b is [N, K] with unit last stride, or its [K, N] transpose view with unit
+    first stride (where both fit, K == N, the strides decide), as check_scaled_mm reads it (gemm.h).
+    A b that is neither gets its first dim here and the C++ error naming b."""
+    if not _is_torch(b) or len(b.shape) != 2 or len(a.shape) != 2:
+        return b.shape[0] if len(b.shape) else 0
+    k = a.shape[1]
+    if b.shape[1] == k and (b.stride(1) == 1 or k <= 1):
+        return b.shape[0]
+    if b.shape[0] == k and (b.stride(0) == 1 or k <= 1):
+        return b.shape[1]
+    return b.shape[0]
 
 
-def scaled_mm(a, b, scale_a, scale_b, out_dtype="bf16", bias=None, scale=None, out=None):
-    """y[M, N] = (a @ b^T) * scale_a * scale_b (+ bias): a e4m3 [M, K], b e4m3 [N, K] (the nn.Linear
-    weight layout). scale: "tensor" (one element each), "row" ([M] and [N], or one element), "block"
-    (scale_a [ceil(K/128), align(M, 4)], scale_b [ceil(N/128), ceil(K/128)]); inferred from the
-    scale shapes when None. Routed to the backend measured fastest (explain() says which)."""
-    kind = _scale_kind(scale_a, scale_b, scale)
-    name = _out_name(out_dtype)
+def _is_dtype(x):
+    return isinstance(x, str) or (torch is not None and isinstance(x, torch.dtype))
+
+
+def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale=None, out=None):
+    """y[M, N] = (a @ b^T) * scale_a * scale_b (+ bias): a e4m3 [M, K]; b e4m3 [N, K] (the nn.Linear
+    weight layout) or its [K, N] transpose view (weight.t(), what torch._scaled_mm takes). Arguments
+    in torch._scaled_mm's order; out_dtype "bf16", "f16", torch.bfloat16 or torch.float16 (None:
+    bf16). scale: "tensor" (one element each), "row" (scale_a [M] or [M, 1], scale_b [N], [N, 1] or
+    [1, N]; either may be one element), "block" (scale_a [ceil(K/128), align(M, 4)] or an
+    [M, ceil(K/128)] view, scale_b [ceil(N/128), ceil(K/128)] or its transpose view); None infers it
+    from the shapes (infer_scale_kind in gemm.h). The former order (a, b, scale_a, scale_b, out_dtype,
+    bias) still works: a dtype in bias's place is read as out_dtype. Routed to the backend measured
+    fastest (explain() says which)."""
+    if _is_dtype(bias):
+        if _is_dtype(out_dtype):
+            raise ValueError(f"bias: a tensor or None, got {bias!r} (and out_dtype={out_dtype!r})")
+        bias, out_dtype = out_dtype, bias
+    name = _out_name("bf16" if out_dtype is None else out_dtype)
+    kind = "auto" if scale is None else scale
     if out is None:
-        out = _empty(a, (a.shape[0], b.shape[0]), name)
+        out = _empty(a, (a.shape[0], _b_cols(a, b)), name)
     if bias is None:
         lib.scaled_mm(_bits(a), _bits(b), scale_a, scale_b, out, kind)
     else:
@@ -279,6 +297,25 @@ def probe(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", m_grid=No
     grid = "" if m_grid is None else ",".join(str(int(m)) for m in m_grid)
     return json.loads(str(lib.probe_shapes(";".join(pairs), ",".join(scales), _out_name(out_dtype), grid, int(top),
                                            bool(always))))
+
+
+def set_autoprobe(enabled, cache_dir=None, budget_s=None):
+    """Turns automatic probing on or off for this process (the environment's FP8ROUTE_AUTOPROBE=0
+    does so for every process): an Fp8Linear made afterwards, and scaled_mm at its next eager call,
+    time a shape the routing table lacks once on this GPU and keep the timings in the probe cache
+    (cache_dir: a folder instead of FP8ROUTE_CACHE_DIR / ~/.cache/fp8route; "" keeps them in this
+    process only), within budget_s seconds of probing per process. Turning it on makes scaled_mm
+    decide its shapes again."""
+    lib.set_autoprobe(bool(enabled), cache_dir is not None, "" if cache_dir is None else str(cache_dir),
+                      -1.0 if budget_s is None else float(budget_s))
+
+
+def autoprobe_info():
+    """Automatic probing in this process: {"enabled", "cache_dir", "budget_s", "m_grid", "records"},
+    records being what it did per shape, in order: {"scale", "out", "n", "k", "caller" (Fp8Linear's
+    "LinearPlan" or "scaled_mm"), "outcome" (probed, cached, skipped, failed), "seconds" (probing
+    time), "m", "timings", "file" (the cache file), "note" (why, when skipped or failed)}."""
+    return json.loads(str(lib.autoprobe_info()))
 
 
 def table_info():

@@ -15,13 +15,15 @@ from ._native import lib
 
 @torch.library.custom_op("fp8route::scaled_mm", mutates_args=())
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-              bias: Optional[torch.Tensor], out_dtype: torch.dtype, scale: str) -> torch.Tensor:
-    return ops.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias, scale=scale)
+              bias: Optional[torch.Tensor] = None, out_dtype: torch.dtype = torch.bfloat16,
+              scale: str = "auto") -> torch.Tensor:
+    """fp8route.scaled_mm in torch._scaled_mm's argument order; scale "auto" infers the kind."""
+    return ops.scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, scale=scale)
 
 
 @scaled_mm.register_fake
-def _(a, b, scale_a, scale_b, bias, out_dtype, scale):
-    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+def _(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, scale="auto"):
+    return a.new_empty((a.shape[0], ops._b_cols(a, b)), dtype=out_dtype)
 
 
 def _layout_shapes(t, h, group_size, dtype, rounding, storage, layout):

@@ -292,7 +292,9 @@ fp8route::ScaledMmArgs mm_args(const FfiTensor& a, const FfiTensor& b, const Ffi
   args.scale_a = view(sa, "scale_a");
   args.scale_b = view(sb, "scale_b");
   args.out = view(out, "out");
-  args.scale = fp8route::parse_scale_kind(std::string(scale));
+  // "auto": the kind the scale shapes imply (the package's scale=None).
+  const std::string kind(scale);
+  args.scale = kind == "auto" ? fp8route::infer_scale_kind(args) : fp8route::parse_scale_kind(kind);
   return args;
 }
 
@@ -518,6 +520,33 @@ String probe_shapes(String shapes, String scales, String out, String m_grid, int
   });
 }
 
+// Automatic probing (route.h): set_autoprobe_config with `enabled`, and the cache folder and budget
+// when given (has_dir; budget_s >= 0).
+void set_autoprobe(bool enabled, bool has_dir, String cache_dir, double budget_s) {
+  guarded([&] {
+    fp8route::AutoProbeConfig c = fp8route::autoprobe_config();
+    c.enabled = enabled;
+    if (has_dir) c.cache_dir = std::string(cache_dir);
+    if (budget_s >= 0) c.budget_s = budget_s;
+    fp8route::set_autoprobe_config(c);
+  });
+}
+
+// {"enabled", "cache_dir", "budget_s", "m_grid", "records": [...]} (autoprobe_config, autoprobe_records).
+String autoprobe_info() {
+  return guarded([&] {
+    const fp8route::AutoProbeConfig c = fp8route::autoprobe_config();
+    nlohmann::json records = nlohmann::json::array();
+    for (const fp8route::AutoProbeRecord& r : fp8route::autoprobe_records())
+      records.push_back({{"scale", std::string(fp8route::name(r.scale))}, {"out", std::string(fp8route::dtype_name(r.out))},
+                         {"n", r.n}, {"k", r.k}, {"caller", r.caller}, {"outcome", std::string(fp8route::name(r.outcome))},
+                         {"seconds", r.seconds}, {"m", r.m}, {"timings", r.timings}, {"file", r.file}, {"note", r.note}});
+    const nlohmann::json j = {{"enabled", c.enabled}, {"cache_dir", c.cache_dir}, {"budget_s", c.budget_s},
+                              {"m_grid", c.probe.m_grid}, {"records", records}};
+    return String(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  });
+}
+
 void linear_plan_free(int64_t h) {
   Plans& p = plans();
   std::unique_ptr<fp8route::LinearPlan> gone;
@@ -546,6 +575,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(scatter_per_token_group_quant, scatter_per_token_g
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_token_quant, per_token_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_tensor_quant, per_tensor_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(rms_norm, rms_norm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_attention, decode_attention);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm, scaled_mm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm_bias, scaled_mm_bias);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(explain, explain);
@@ -559,4 +589,5 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_explain, linear_plan_explain);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_probe, linear_plan_probe);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_free, linear_plan_free);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(probe_shapes, probe_shapes);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_attention, decode_attention);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(set_autoprobe, set_autoprobe);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(autoprobe_info, autoprobe_info);

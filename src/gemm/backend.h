@@ -26,7 +26,8 @@ struct GemmOperands {
   int64_t ldo = 0;
 };
 
-// The operands of checked arguments (check_scaled_mm has accepted them).
+// The operands of checked arguments (check_scaled_mm has accepted them), engine forms read in place
+// (gemm.h); a block scale_a that only scaled_mm() can gather is an Error(invalid_argument) naming it.
 GemmOperands operands_of(const ScaledMmArgs& args);
 
 // How a call may be run beyond what its problem says.
@@ -83,6 +84,15 @@ class GemmBackend {
   // reference kernel): gemm_select()'s last resort, never a measured routing choice (table build
   // leaves its timings out), and the "slow path" of explain().
   virtual bool slow_fallback() const { return false; }
+  // Config `config` writes the same bits on every run of one problem with the same operands on one
+  // GPU: no float atomics, no sum whose order depends on which block finishes first. A config that
+  // is not (a split-K reduced with atomicAdd, say) must override this; tests/test_determinism.cpp
+  // holds every config that claims it to 100 identical runs. The built-in ones all do: skinny and
+  // decode sum their K splits in split order, CUTLASS's stream-K reduces in its deterministic mode
+  // (the default of its scheduler arguments), cuBLASLt gives the same bits for one library
+  // version, GPU model and workspace per stream (cuBLAS docs, Results reproducibility), and the
+  // reference kernel sums K in order.
+  virtual bool deterministic(int /*config*/) const { return true; }
 };
 
 // The names of a backend's config table, in its order: config_name(entry) for each entry.

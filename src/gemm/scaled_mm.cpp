@@ -16,6 +16,8 @@
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
 #include "gemm/backend.h"
+#include "gemm/stage_scales.h"
+#include "route/autoprobe.h"
 #include "route/route_log.h"
 
 namespace fp8route {
@@ -72,6 +74,113 @@ void check_operands_apart(const ScaledMmArgs& args) {
     if (t->data != nullptr) detail::check_no_overlap(args.out, "out", *t, name);
 }
 
+int64_t align4(int64_t v) { return (v + 3) / 4 * 4; }
+
+// t is 2-D with exactly this shape.
+bool has_shape(const TensorView& t, int64_t rows, int64_t cols) {
+  return t.ndim == 2 && t.shape[0] == rows && t.shape[1] == cols;
+}
+
+TensorView transposed(const TensorView& t) {
+  return TensorView::strided(t.data, t.dtype, {t.shape[1], t.shape[0]}, {t.strides[1], t.strides[0]}, t.device);
+}
+
+// b as the [N, K] row-major view the kernels read (gemm.h): b itself, or the [K, N] view with unit
+// first stride (torch._scaled_mm's `b`, weight.t()) transposed. A shape that fits both (K == N) is
+// the [N, K] form when its last stride is 1, the [K, N] view when its first stride is 1.
+TensorView b_as_nk(const TensorView& b, int64_t k) {
+  if (b.shape[1] == k && (b.strides[1] == 1 || k <= 1)) return b;
+  if (b.shape[0] == k && (b.strides[0] == 1 || k <= 1)) return transposed(b);
+  FP8ROUTE_CHECK(b.shape[1] != k, "b: last dim must have stride 1 in the [N, K] form (nn.Linear's weight); a [K, N] b "
+                                  "must be its transpose view, with stride(0) == 1, got " << to_string(b));
+  FP8ROUTE_CHECK(b.shape[0] != k, "b: a [K, N] b must be the transpose view of a row-major [N, K] weight (stride(0) "
+                                  "== 1, as weight.t() gives); a row-major [K, N] b is not supported, got "
+                                      << to_string(b));
+  FP8ROUTE_FAIL(ErrorCategory::invalid_argument,
+                "b: expected [N, K] with K = " << k << " (a's K) and unit last stride, or its [K, N] transpose view "
+                                                   "with unit first stride, got " << to_string(b));
+}
+
+// Block scale_b as [ceil(N/128), ceil(K/128)] with unit last stride: itself, or its transpose view
+// [ceil(K/128), ceil(N/128)] with unit first stride transposed (a square shape: the strides decide,
+// as for b). Anything else is left for the shape check to name.
+TensorView block_scale_b_as_nk(const TensorView& s, int64_t nb, int64_t kb) {
+  if (s.ndim != 2) return s;
+  if (has_shape(s, nb, kb) && (s.strides[1] == 1 || kb <= 1)) return s;
+  if (has_shape(s, kb, nb) && (s.strides[0] == 1 || kb <= 1)) return transposed(s);
+  return s;
+}
+
+// Block scale_a: the physical [kb, align(M, 4)] form (contiguous; also when the shape is the
+// [M, kb] one too, M == kb == align(M, 4)), or an [M, kb] view. The view with strides
+// [1, align(M, 4)] (the physical buffer's transpose view; with one K block, any [M, 1] view with
+// unit first stride when M % 4 == 0) is that memory and is rewritten as it, in `physical`. Any other
+// [M, kb] view (K-major, or M-major with another row stride) cannot be read in place: returns true,
+// `physical` = s, and scaled_mm() gathers it. Other shapes are left for the shape check to name.
+bool block_scale_a_physical(const TensorView& s, int64_t m, int64_t kb, TensorView& physical) {
+  const int64_t ld = align4(m);
+  physical = s;
+  if (has_shape(s, kb, ld) && s.is_contiguous()) return false;
+  if (!has_shape(s, m, kb)) return false;
+  const bool in_place = m == 0 || ((s.strides[0] == 1 || m <= 1) && (s.strides[1] == ld || (kb <= 1 && m == ld)));
+  if (!in_place) return true;
+  physical = TensorView::contiguous(s.data, s.dtype, {kb, ld}, s.device);
+  return false;
+}
+
+// A call's arguments in the forms the kernels read (gemm.h): b as [N, K], block scales in their
+// physical forms. Views of the same memory are rewritten in place; a block scale_a that is not one
+// stays as given, with gather_scale_a set.
+struct Normalized {
+  ScaledMmArgs args;
+  bool gather_scale_a = false;
+};
+
+Normalized normalize(const ScaledMmArgs& args) {
+  detail::check_device_tensor(args.a, "a");
+  detail::check_ndim(args.a, "a", 2, "[M, K]");
+  detail::check_device_tensor(args.b, "b");
+  detail::check_ndim(args.b, "b", 2, "[N, K] (or its [K, N] transpose view)");
+  Normalized c{args};
+  const int64_t m = args.a.shape[0], k = args.a.shape[1];
+  c.args.b = b_as_nk(args.b, k);
+  if (args.scale == ScaleKind::block) {
+    const int64_t kb = ceil_div(k, kScaleBlock), nb = ceil_div(c.args.b.shape[0], kScaleBlock);
+    c.args.scale_b = block_scale_b_as_nk(args.scale_b, nb, kb);
+    c.gather_scale_a = block_scale_a_physical(args.scale_a, m, kb, c.args.scale_a);
+  }
+  return c;
+}
+
+// check_scaled_mm on normalized arguments.
+GemmProblem check_normalized(const Normalized& c);
+
+// The operands of normalized, checked arguments, as they are in memory.
+gemm::GemmOperands operands_in_place(const ScaledMmArgs& args) {
+  gemm::GemmOperands o;
+  o.a = static_cast<const uint8_t*>(args.a.data);
+  o.lda = args.a.shape[0] <= 1 ? std::max(args.a.strides[0], args.a.shape[1]) : args.a.strides[0];
+  o.b = static_cast<const uint8_t*>(args.b.data);
+  o.ldb = args.b.shape[0] <= 1 ? std::max(args.b.strides[0], args.b.shape[1]) : args.b.strides[0];
+  o.sa = static_cast<const float*>(args.scale_a.data);
+  o.sb = static_cast<const float*>(args.scale_b.data);
+  o.bias = args.bias.data;
+  o.out = args.out.data;
+  o.ldo = args.out.shape[0] <= 1 ? std::max(args.out.strides[0], args.out.shape[1]) : args.out.strides[0];
+  return o;
+}
+
+// The operands a backend runs: in place, with a block scale_a to gather gathered on `stream`.
+gemm::GemmOperands prepared_operands(const Normalized& c, const GemmProblem& p, cudaStream_t stream) {
+  gemm::GemmOperands o = operands_in_place(c.args);
+  if (c.gather_scale_a) {
+    const TensorView& s = c.args.scale_a;
+    o.sa = gemm::stage_block_scale_a(static_cast<const float*>(s.data), s.strides[0], s.strides[1], p.m,
+                                     ceil_div(p.k, kScaleBlock), stream, "scaled_mm");
+  }
+  return o;
+}
+
 }  // namespace
 
 std::string to_string(const GemmProblem& p) {
@@ -94,18 +203,17 @@ GemmProblem make_problem(int64_t m, int64_t n, int64_t k, ScaleKind scale, DType
   return p;
 }
 
-GemmProblem check_scaled_mm(const ScaledMmArgs& args) {
-  detail::check_device_tensor(args.a, "a");
-  detail::check_ndim(args.a, "a", 2, "[M, K]");
-  detail::check_device_tensor(args.b, "b");
-  detail::check_ndim(args.b, "b", 2, "[N, K]");
+GemmProblem check_scaled_mm(const ScaledMmArgs& args) { return check_normalized(normalize(args)); }
+
+namespace {
+
+GemmProblem check_normalized(const Normalized& c) {
+  const ScaledMmArgs& args = c.args;
   GemmProblem p;
   p.m = args.a.shape[0];
   p.k = args.a.shape[1];
   p.n = args.b.shape[0];
   p.scale = args.scale;
-  FP8ROUTE_CHECK(args.b.shape[1] == p.k, "b: expected [N, K] with K = " << p.k << " (a's K), got "
-                                             << to_string(args.b));
   FP8ROUTE_CHECK(p.k >= 1, "a: K must be >= 1 (an empty reduction is not a GEMM), got "
                                << to_string(args.a));
   FP8ROUTE_CHECK(p.m <= kMaxDim && p.n <= kMaxDim && p.k <= kMaxDim,
@@ -132,23 +240,32 @@ GemmProblem check_scaled_mm(const ScaledMmArgs& args) {
       p.sb_vector = args.scale_b.numel() != 1;
       break;
     case ScaleKind::block: {
-      const int64_t kb = ceil_div(p.k, kScaleBlock);
-      const int64_t sa_shape[2] = {kb, (p.m + 3) / 4 * 4};
-      const int64_t sb_shape[2] = {ceil_div(p.n, kScaleBlock), kb};
+      const int64_t kb = ceil_div(p.k, kScaleBlock), nb = ceil_div(p.n, kScaleBlock);
       detail::check_device_tensor(args.scale_a, "scale_a");
       detail::check_dtype(args.scale_a, "scale_a", {DType::f32});
-      detail::check_contiguous_shape(args.scale_a, "scale_a (block: [ceil(K/128), align(M, 4)], M-major)",
-                                     sa_shape, 2);
+      // The physical form (or a view normalize() rewrote as it), or an [M, kb] view it gathers.
+      if (!c.gather_scale_a) {
+        const char* rule = "scale_a (block: [ceil(K/128), align(M, 4)], M-major)";
+        FP8ROUTE_CHECK(has_shape(args.scale_a, kb, align4(p.m)),
+                       rule << ": expected shape [" << kb << "," << align4(p.m) << "], or an [M, ceil(K/128)] = ["
+                            << p.m << "," << kb << "] view (any strides), got " << to_string(args.scale_a));
+        FP8ROUTE_CHECK(args.scale_a.is_contiguous(), rule << ": must be contiguous, got " << to_string(args.scale_a));
+      }
       detail::check_device_tensor(args.scale_b, "scale_b");
       detail::check_dtype(args.scale_b, "scale_b", {DType::f32});
       // Unpadded (contiguous), or rows padded to 4 floats: the form cuBLASLt reads (gemm.h).
       const int64_t padded_ld = (kb + 3) / 4 * 4;
       // With one row of blocks (N <= 128) the row stride is never used: both forms, unpadded.
-      p.sb_padded = kb % 4 != 0 && sb_shape[0] > 1 && args.scale_b.ndim == 2 && args.scale_b.shape[0] == sb_shape[0] &&
-                    args.scale_b.shape[1] == kb && args.scale_b.strides[1] == 1 && args.scale_b.strides[0] == padded_ld;
-      if (!p.sb_padded)
-        detail::check_contiguous_shape(args.scale_b, "scale_b (block: [ceil(N/128), ceil(K/128)], "
-                                       "contiguous or with rows padded to a multiple of 4)", sb_shape, 2);
+      p.sb_padded = kb % 4 != 0 && nb > 1 && has_shape(args.scale_b, nb, kb) && args.scale_b.strides[1] == 1 &&
+                    args.scale_b.strides[0] == padded_ld;
+      if (!p.sb_padded) {
+        const char* rule =
+            "scale_b (block: [ceil(N/128), ceil(K/128)], contiguous or with rows padded to a multiple of 4)";
+        FP8ROUTE_CHECK(has_shape(args.scale_b, nb, kb),
+                       rule << ": expected shape [" << nb << "," << kb << "] (or its [" << kb << "," << nb
+                            << "] transpose view, with unit first stride), got " << to_string(args.scale_b));
+        FP8ROUTE_CHECK(args.scale_b.is_contiguous(), rule << ": must be contiguous, got " << to_string(args.scale_b));
+      }
       detail::check_aligned(args.scale_a.data, 4, "scale_a");
       detail::check_aligned(args.scale_b.data, 4, "scale_b");
       p.sa_vector = p.sb_vector = true;
@@ -182,29 +299,26 @@ GemmProblem check_scaled_mm(const ScaledMmArgs& args) {
   return p;
 }
 
+}  // namespace
+
 gemm::GemmOperands gemm::operands_of(const ScaledMmArgs& args) {
-  gemm::GemmOperands o;
-  o.a = static_cast<const uint8_t*>(args.a.data);
-  o.lda = args.a.shape[0] <= 1 ? std::max(args.a.strides[0], args.a.shape[1]) : args.a.strides[0];
-  o.b = static_cast<const uint8_t*>(args.b.data);
-  o.ldb = args.b.shape[0] <= 1 ? std::max(args.b.strides[0], args.b.shape[1]) : args.b.strides[0];
-  o.sa = static_cast<const float*>(args.scale_a.data);
-  o.sb = static_cast<const float*>(args.scale_b.data);
-  o.bias = args.bias.data;
-  o.out = args.out.data;
-  o.ldo = args.out.shape[0] <= 1 ? std::max(args.out.strides[0], args.out.shape[1]) : args.out.strides[0];
-  return o;
+  const Normalized c = normalize(args);
+  FP8ROUTE_CHECK(!c.gather_scale_a,
+                 "scale_a: this [M, ceil(K/128)] block scale " << to_string(args.scale_a)
+                     << " is not the memory of the [ceil(K/128), align(M, 4)] form the kernels read, and only "
+                        "scaled_mm() gathers it; pass that form or its transpose view (strides [1, align(M, 4)])");
+  return operands_in_place(c.args);
 }
 
 namespace {
 
 void run_checked(const gemm::GemmBackend& b, int config, const GemmProblem& p,
-                 const ScaledMmArgs& args, cudaStream_t stream) {
+                 const Normalized& c, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
   const std::string why = b.supports(p, config);
   FP8ROUTE_CHECK_CAT(why.empty(), ErrorCategory::unsupported,
                      b.name() << "/" << b.configs()[config] << " cannot run " << to_string(p) << ": " << why);
-  b.run(p, gemm::operands_of(args), config, stream);
+  b.run(p, prepared_operands(c, p, stream), config, stream);
 }
 
 }  // namespace
@@ -230,7 +344,7 @@ struct Resolved {
 // The default router's choice per problem, so that a shape seen before costs one hash lookup (the
 // router's scan, supports() calls and strings run once per distinct problem). Dropped when the
 // default router is replaced.
-Resolved routed_choice(const GemmProblem& p) {
+Resolved routed_choice(const GemmProblem& p, cudaStream_t stream) {
   static std::shared_mutex mu;
   static std::unordered_map<GemmProblem, Resolved, ProblemHash> cache;
   static uint64_t generation = 0;
@@ -241,31 +355,66 @@ Resolved routed_choice(const GemmProblem& p) {
       if (auto it = cache.find(p); it != cache.end()) return it->second;
   }
   // The router checks supports() on its choice (and falls back through gemm_select() to reference).
-  const std::shared_ptr<const Router> router = default_router();
+  // default_router(), with this GPU's timings of p's shape when its table lacks it (route.h,
+  // automatic probing); deferred under graph capture: not kept, the next call decides (and probes).
+  bool deferred = false;
+  const std::shared_ptr<const Router> router = autoprobe::router_for_call(p, stream, deferred);
   const Route r = router->select(p);
   route_log::decided("scaled_mm", *router, p, r);  // FP8ROUTE_LOG, and a table of another GPU
   const gemm::GemmBackend& b = gemm::find_backend(r.backend);
   const Resolved res{&b, gemm::find_config(b, r.config)};
   std::unique_lock<std::shared_mutex> lock(mu);
   if (generation != now) cache.clear(), generation = now;
-  cache.emplace(p, res);
+  if (!deferred) cache.emplace(p, res);
   return res;
 }
 
 }  // namespace
 
 void scaled_mm(const ScaledMmArgs& args, cudaStream_t stream) {
-  const GemmProblem p = check_scaled_mm(args);
+  const Normalized c = normalize(args);
+  const GemmProblem p = check_normalized(c);
   if (p.m == 0 || p.n == 0) return;
-  const Resolved r = routed_choice(p);
-  r.backend->run(p, gemm::operands_of(args), r.config, stream);
+  const Resolved r = routed_choice(p, stream);
+  r.backend->run(p, prepared_operands(c, p, stream), r.config, stream);
 }
 
 void scaled_mm(const ScaledMmArgs& args, std::string_view backend, std::string_view config,
                cudaStream_t stream) {
-  const GemmProblem p = check_scaled_mm(args);
+  const Normalized c = normalize(args);
+  const GemmProblem p = check_normalized(c);
   const gemm::GemmBackend& b = gemm::find_backend(backend);
-  run_checked(b, gemm::find_config(b, config), p, args, stream);
+  run_checked(b, gemm::find_config(b, config), p, c, stream);
+}
+
+ScaleKind infer_scale_kind(const ScaledMmArgs& args) {
+  detail::check_device_tensor(args.a, "a");
+  detail::check_ndim(args.a, "a", 2, "[M, K]");
+  detail::check_device_tensor(args.b, "b");
+  detail::check_ndim(args.b, "b", 2, "[N, K] (or its [K, N] transpose view)");
+  detail::check_device_tensor(args.scale_a, "scale_a");
+  detail::check_device_tensor(args.scale_b, "scale_b");
+  const int64_t m = args.a.shape[0], k = args.a.shape[1], n = b_as_nk(args.b, k).shape[0];
+  const int64_t kb = ceil_div(k, kScaleBlock), nb = ceil_div(n, kScaleBlock);
+  const TensorView& sa = args.scale_a;
+  const TensorView& sb = args.scale_b;
+  const bool sa_one = sa.numel() == 1, sb_one = sb.numel() == 1;
+  if (sa_one && sb_one) return ScaleKind::tensor;
+  // Row before block: with K <= 128 an [M, 1] scale_a is both a per-token vector and one 1x128 block
+  // per row, and then scale_b fits both kinds only as one element or with N == 1, where the two
+  // kinds are the same product.
+  const bool sa_row = sa_one || (sa.ndim == 1 && sa.shape[0] == m) || has_shape(sa, m, 1);
+  const bool sb_row = sb_one || (sb.ndim == 1 && sb.shape[0] == n) || has_shape(sb, n, 1) || has_shape(sb, 1, n);
+  if (sa_row && sb_row) return ScaleKind::row;
+  const bool sa_block = has_shape(sa, kb, align4(m)) || has_shape(sa, m, kb);
+  const bool sb_block = has_shape(sb, nb, kb) || has_shape(sb, kb, nb);
+  if (sa_block && sb_block) return ScaleKind::block;
+  FP8ROUTE_FAIL(ErrorCategory::invalid_argument,
+                "scale_a, scale_b: their shapes fit no scale kind for m=" << m << " n=" << n << " k=" << k
+                    << ": tensor (one element each), row (scale_a [M] or [M, 1], scale_b [N], [N, 1] or [1, N]; "
+                       "either may be one element), block (scale_a [ceil(K/128), align(M, 4)] or [M, ceil(K/128)], "
+                       "scale_b [ceil(N/128), ceil(K/128)] or [ceil(K/128), ceil(N/128)]); got scale_a "
+                    << to_string(sa) << ", scale_b " << to_string(sb));
 }
 
 std::vector<std::string> gemm_backends() {

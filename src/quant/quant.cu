@@ -539,6 +539,8 @@ void per_token_quant(const TensorView& x, const TensorView& q, const TensorView&
   check_aligned(s.data, 4, "s");
   check_scale_operand(s, "s", true, x, q);
   FP8ROUTE_CHECK(x.size(0) <= 0x7FFFFFFF, "x: at most 2^31-1 rows, got " << x.size(0));
+  // The kernel walks a row's vectors with int offsets (v * 8): a row must stay below 2^31 elements.
+  FP8ROUTE_CHECK(x.size(1) <= 0x7FFFFFFF, "x: H = " << x.size(1) << " must be < 2^31 (one row's elements are indexed in int32)");
   if (x.size(0) == 0) return;
   check_sm90();
   RowQuantParams p = row_params(x, q);

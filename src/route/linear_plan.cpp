@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "core/cuda_check.h"
 #include "fp8route/error.h"
 #include "gemm/backend.h"
+#include "route/autoprobe.h"
 #include "route/route_log.h"
 
 namespace fp8route {
@@ -51,6 +53,10 @@ GemmProblem LinearLayout::problem(int64_t m, int align, const std::string& backe
 LinearLayout plan_linear_layout(int64_t n, int64_t k, ScaleKind act, int64_t weight_scale_numel,
                                 DType out, bool bias, const SupportsFn& supports) {
   FP8ROUTE_CHECK(n >= 1 && k >= 1, "weight: expected [N, K] with N, K >= 1, got n=" << n << " k=" << k);
+  // What check_scaled_mm accepts of every call: said at load, not at the layer's first call.
+  FP8ROUTE_CHECK(n < (int64_t{1} << 31) && k < (int64_t{1} << 31),
+                 "weight: N and K must each be < 2^31 (the kernels index rows and columns in int32), got n="
+                     << n << " k=" << k);
   FP8ROUTE_CHECK(out == DType::bf16 || out == DType::f16, "out: bf16 or f16, got " << dtype_name(out));
   LinearLayout l;
   l.n = n, l.k = k, l.act = act, l.out = out, l.bias = bias;
@@ -167,6 +173,21 @@ LinearPlan::LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act
     prepared_scale_view_ = TensorView::strided(prepared_scale_.data(), DType::f32, {nb, kb}, {ld, 1}, weight.device);
   }
   FP8ROUTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  // A shape the process-wide table lacks: this GPU's timings (the probe cache's, or probed now in
+  // the forms this layer's backends are given). A router the caller passes is used as given.
+  const autoprobe::Key key{layout_.gemm, layout_.out, n, k};
+  if (!router && autoprobe_config().enabled && !autoprobe::has_entry(router_->table(), key))
+    if (const std::optional<TableStamp> machine = autoprobe::machine_here()) {
+      const autoprobe::Timings t = autoprobe::timings(
+          key, "LinearPlan", *machine, *router_,
+          [this](int64_t m, const std::string& backend) { return layout_.problem(m, 16, backend); }, stream);
+      if (!t.records.empty()) {
+        router_ = std::make_shared<const Router>(router_->with_measurements(t.records));
+        for (const MeasurementRecord& r : t.records) probed_m_.insert(r.m);
+        autoprobed_ = t.how;
+      }
+    }
 }
 
 const LinearPlan::Decided& LinearPlan::decide(int64_t m, int align) const {
@@ -246,6 +267,7 @@ std::string LinearPlan::explain(int64_t m) const {
     for (int64_t m : probed_m_) os << (m == *probed_m_.begin() ? "" : ",") << m;
     os << "\n";
   }
+  if (!autoprobed_.empty()) os << "automatic probe: " << autoprobed_ << "\n";
   os << router_->explain(l.problem(m, 16, route(m).backend));
   return os.str();
 }

@@ -52,18 +52,30 @@ bool enabled() {
   return on;
 }
 
+namespace {
+
+// Each distinct line once per process: a warning per pair, a decision once.
+void print_once(const std::string& a, const std::string& b = "") {
+  if (a.empty() && b.empty()) return;
+  static std::mutex mu;
+  static std::set<std::string> printed;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const std::string* s : {&a, &b})
+    if (!s->empty() && printed.insert(*s).second) std::fprintf(stderr, "%s\n", s->c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 void decided(std::string_view caller, const Router& router, const GemmProblem& p, const Route& r) {
   std::string warning;
   if (const std::string& table_gpu = router.table().stamp.gpu; !table_gpu.empty() && cuda_device_count() > 0)
     warning = gpu_mismatch_warning(table_gpu, device_info().name);
-  const std::string line = enabled() ? decision_line(caller, p, r) : std::string();
-  if (warning.empty() && line.empty()) return;
-  static std::mutex mu;
-  static std::set<std::string> printed;  // one line per distinct text: a warning per pair, a decision once
-  std::lock_guard<std::mutex> lock(mu);
-  for (const std::string* s : {&std::as_const(warning), &line})
-    if (!s->empty() && printed.insert(*s).second) std::fprintf(stderr, "%s\n", s->c_str());
-  std::fflush(stderr);
+  print_once(warning, enabled() ? decision_line(caller, p, r) : std::string());
+}
+
+void note(const std::string& line) {
+  if (enabled()) print_once(line);
 }
 
 }  // namespace fp8route::route_log

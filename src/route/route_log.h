@@ -33,4 +33,9 @@ bool enabled();
 // device: prints the GPU warning and the FP8ROUTE_LOG line when due (above). Thread-safe.
 void decided(std::string_view caller, const Router& router, const GemmProblem& p, const Route& r);
 
+// With FP8ROUTE_LOG: `line` (no newline) on stderr, once per process for each distinct text
+// (automatic probing: what was probed or read from the cache, how long it took, a cache file
+// ignored). Thread-safe.
+void note(const std::string& line);
+
 }  // namespace fp8route::route_log

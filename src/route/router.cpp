@@ -15,6 +15,7 @@
 #include "fp8route/error.h"
 #include "fp8route/route.h"
 #include "gemm/backend.h"
+#include "route/autoprobe.h"
 
 namespace fp8route {
 
@@ -454,6 +455,16 @@ void load_default_table(const std::string& path) {
 }
 
 uint64_t default_router_generation() { return default_state().generation.load(); }
+
+bool autoprobe::replace_default_router(const std::shared_ptr<const Router>& expected,
+                                       std::shared_ptr<const Router> next) {
+  DefaultRouter& d = default_state();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.router != expected) return false;
+  d.router = std::move(next);
+  d.generation.fetch_add(1);
+  return true;
+}
 
 namespace {
 // One line of a ranked list in explain(): rank, time, ratio to the first, backend/config.

@@ -118,7 +118,8 @@ def test_bench_programs_exit_2_naming_the_argument(program, args, named, tmp_pat
     assert not list(tmp_path.iterdir())
 
 
-COMMANDS = [(), ("info",), ("explain",), ("bench",), ("tune",), ("probe",), ("check",), ("table",), ("table", "build")]
+COMMANDS = [(), ("info",), ("explain",), ("bench",), ("tune",), ("probe",), ("check",), ("table",), ("table", "build"),
+            ("cache",), ("cache", "show"), ("cache", "clear")]
 
 
 def examples_of(help_text):

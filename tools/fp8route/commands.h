@@ -85,4 +85,10 @@ struct TableOptions {
 };
 int run_table(const TableOptions& opt);
 
+// cache show|clear (cache.cpp): the probe cache of automatic probing (route.h).
+struct CacheOptions {
+  bool clear = false;  // clear: remove every file; else show them
+};
+int run_cache(const CacheOptions& opt);
+
 }  // namespace fp8route::cli

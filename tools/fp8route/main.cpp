@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
+#include "fp8route/route.h"
 #include "fp8route/version.h"
 #include "workload.h"
 
@@ -186,6 +187,13 @@ int main(int argc, char** argv) {
   table_build->add_option("-o,--table", table.table, "routing table to write")->required();
   table_build->add_option("--records", table.records, "also write the measurements it was built from, one a line");
 
+  CacheOptions cache;
+  CLI::App* cache_cmd = app.add_subcommand(
+      "cache", "the probe cache of automatic probing: what it holds, or clear it (no GPU needed)");
+  cache_cmd->require_subcommand(1);
+  CLI::App* cache_show = cache_cmd->add_subcommand("show", "every cached probe: shape, machine, date, cost, timings");
+  CLI::App* cache_clear = cache_cmd->add_subcommand("clear", "remove every cached probe");
+
   examples(&app,
            "  fp8route                                   # the main job (no GPU: the routing plan)\n"
            "  fp8route info\n"
@@ -209,6 +217,11 @@ int main(int argc, char** argv) {
            "  FP8ROUTE_TABLE=probed.json fp8route bench --model llama-3.1-70b --tp 8\n");
   examples(check_cmd, "  fp8route check --quick\n");
   examples(table_cmd, "  fp8route table build routes/h200.sources.json -o h200.json\n");
+  examples(cache_cmd,
+           "  fp8route cache show\n"
+           "  FP8ROUTE_CACHE_DIR=/tmp/fp8route-cache fp8route cache clear    # the cache of another folder\n");
+  examples(cache_show, "  fp8route cache show\n  FP8ROUTE_CACHE_DIR=/tmp/fp8route-cache fp8route cache show\n");
+  examples(cache_clear, "  FP8ROUTE_CACHE_DIR=/tmp/fp8route-cache fp8route cache clear\n");
   examples(table_build,
            "  fp8route table build routes/h200.sources.json -o h200.json    # the shipped table, from its runs\n"
            "  fp8route table build routes/h200.sources.json -o h200.json --records h200-measurements.json\n");
@@ -221,6 +234,9 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? fp8route::tools::kExitOk : fp8route::tools::kExitUsage;
   }
   return fp8route::tools::run_reporting_errors("fp8route", [&] {
+    // The commands measure and report routing by the table they are given (bench --probe and probe
+    // time shapes when asked): no automatic probing, and nothing written to the probe cache.
+    fp8route::set_autoprobe(false);
     if (app.got_subcommand(explain_cmd)) return run_explain(ex);
     if (app.got_subcommand(info_cmd)) return run_info(info);
     if (app.got_subcommand(bench_cmd)) return run_bench(bench);
@@ -228,6 +244,10 @@ int main(int argc, char** argv) {
     if (app.got_subcommand(check_cmd)) return run_check(check);
     if (app.got_subcommand(probe_cmd)) return run_probe(probe);
     if (app.got_subcommand(table_cmd)) return run_table(table);
+    if (app.got_subcommand(cache_cmd)) {
+      cache.clear = cache_clear->parsed();
+      return run_cache(cache);
+    }
     BenchOptions main_job;
     main_job.main_job = true;
     return run_bench(main_job);

@@ -53,6 +53,11 @@ class ReferenceBackend final : public GemmBackend {
   }
   std::string supports(const GemmProblem& p, int) const override {
     if (p.m > int64_t{65535} * kernels::kRefTile) return "reference: M above 65535 * 64 rows";
+    // The kernel holds M, N and K in int32 (RefGemmParams).
+    constexpr int64_t kMaxInt = (int64_t{1} << 31) - 1;
+    if (p.n > kMaxInt || p.k > kMaxInt)
+      return "reference: N and K must each be < 2^31 (int32 extents), got n=" + std::to_string(p.n) +
+             " k=" + std::to_string(p.k);
     return "";
   }
   bool slow_fallback() const override { return true; }

@@ -1,0 +1,59 @@
+#pragma once
+// Automatic probing (route.h, "Automatic probing"): this process's timings per shape, read from the
+// probe cache (probe_cache.h) or probed once, and the hooks of LinearPlan and the routed scaled_mm.
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp8route/gemm.h"
+#include "fp8route/route.h"
+#include "route/probe_cache.h"
+
+namespace fp8route::autoprobe {
+
+using probe_cache::Key;
+
+// Whether `table` has an exact entry for `key` (then nothing is probed for it).
+bool has_entry(const RoutingTable& table, const Key& key);
+
+// This machine for the probe cache: the current device's name and SM count, the library versions,
+// today's date; nullopt without a GPU.
+std::optional<TableStamp> machine_here();
+
+struct Timings {
+  std::vector<MeasurementRecord> records;  // empty: route by the table
+  std::string how;                         // where they came from, for LinearPlan::explain
+  bool deferred = false;  // `stream` is capturing a graph: not probed now, and due at the next eager call
+};
+
+// The timings of `key` on `machine` for `caller`, when automatic probing is on: this process's, else
+// the probe cache file's, else a probe now (probe_shape over `router`'s candidates, each in the form
+// problem_at gives) that is written to the cache, unless `stream` is capturing a graph (deferred) or
+// the budget is spent. One probe at a time in the process; a shape is probed at most once per process
+// (a failed or skipped one is not tried again). Logs under FP8ROUTE_LOG; records in autoprobe_records().
+Timings timings(const Key& key, std::string_view caller, const TableStamp& machine, const Router& router,
+                const ProblemAtM& problem_at, cudaStream_t stream);
+
+// The router the routed scaled_mm decides p with: default_router(), with the timings of p's shape
+// merged in when its table has no exact entry for it (the merged router then replaces the default
+// one, unless another replaced it meanwhile). `deferred` as in Timings: the caller must decide p again
+// at its next call instead of keeping this decision.
+std::shared_ptr<const Router> router_for_call(const GemmProblem& p, cudaStream_t stream, bool& deferred);
+
+// The configuration the environment gives (FP8ROUTE_AUTOPROBE, FP8ROUTE_CACHE_DIR / XDG_CACHE_HOME /
+// HOME, FP8ROUTE_AUTOPROBE_BUDGET), read now; autoprobe_config() reads it once.
+AutoProbeConfig config_from_environment();
+
+// Drops this process's timings, records and spent budget: the state a new process starts in (the
+// configuration stays). For tests of "the next process".
+void forget();
+
+// set_default_router(next) if the default router is still `expected` (router.cpp); false otherwise.
+bool replace_default_router(const std::shared_ptr<const Router>& expected, std::shared_ptr<const Router> next);
+
+}  // namespace fp8route::autoprobe
