@@ -29,6 +29,8 @@ import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e import copy_bandwidth  # noqa: E402
 
 # name: (query heads, kv heads, head dim, per-head q/k norms) of one tensor-parallel rank
 SHAPES = {
@@ -41,19 +43,6 @@ SHAPES = {
 
 def int_list(text):
     return [int(v) for v in text.split(",") if v.strip()]
-
-
-def copy_bandwidth(nbytes=1 << 30, iters=20):
-    src = torch.ones(nbytes, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        dst.copy_(src)
-    end.record()
-    end.synchronize()
-    return 2 * nbytes * iters / (start.elapsed_time(end) / 1e3)
 
 
 def _rope(x, cos, sin):

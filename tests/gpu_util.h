@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -54,6 +55,22 @@ inline std::vector<uint8_t> random_activations(DType dtype, int64_t n, std::mt19
     }
   }
   return bytes;
+}
+
+// E4M3 codes of values spread over the format's range (no NaN), and positive scales in
+// [2^-8, 2^-6), as quantization makes them: GEMM operands.
+inline std::vector<uint8_t> random_codes(int64_t n, std::mt19937_64& rng) {
+  std::vector<uint8_t> v(static_cast<size_t>(n));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-4, 4);
+  for (uint8_t& c : v) c = ref::e4m3_encode(std::ldexp(nd(rng), e(rng)) * 8.0f);
+  return v;
+}
+inline std::vector<float> random_scales(int64_t n, std::mt19937_64& rng) {
+  std::vector<float> v(static_cast<size_t>(n));
+  std::uniform_real_distribution<float> u(1.0f, 4.0f);
+  for (float& s : v) s = std::ldexp(u(rng), -8);
+  return v;
 }
 
 inline void store_value(std::vector<uint8_t>& bytes, DType dtype, int64_t i, float v) {

@@ -41,6 +41,9 @@
 namespace fp8route {
 namespace {
 
+using test::random_codes;
+using test::random_scales;
+
 using test::download;
 using test::upload;
 
@@ -104,22 +107,6 @@ constexpr Layer kLayers[] = {{"llama-3.1-8b", "o_proj", 1},
                              {"llama-3.1-70b", "qkv_proj", 8}};
 constexpr int64_t kMs[] = {1, 16, 128};
 constexpr ScaleKind kKinds[] = {ScaleKind::tensor, ScaleKind::row, ScaleKind::block};
-
-// E4M3 codes of values spread over the format's range (no NaN), and positive scales in
-// [2^-8, 2^-6), as quantization makes them.
-std::vector<uint8_t> random_codes(int64_t n, std::mt19937_64& rng) {
-  std::vector<uint8_t> v(static_cast<size_t>(n));
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_int_distribution<int> e(-4, 4);
-  for (uint8_t& c : v) c = ref::e4m3_encode(std::ldexp(nd(rng), e(rng)) * 8.0f);
-  return v;
-}
-std::vector<float> random_scales(int64_t n, std::mt19937_64& rng) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::uniform_real_distribution<float> u(1.0f, 4.0f);
-  for (float& s : v) s = std::ldexp(u(rng), -8);
-  return v;
-}
 
 // Device operands of [max M, K] x [N, K] for every scale kind, drawn once; views of the first M rows.
 struct GemmInputs {

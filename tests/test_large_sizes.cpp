@@ -38,6 +38,9 @@
 namespace fp8route {
 namespace {
 
+using test::random_codes;
+using test::random_scales;
+
 using test::download;
 using test::expect_invalid;
 using test::upload;
@@ -285,21 +288,6 @@ std::vector<uint16_t> random_bf16_rows(int64_t rows, int64_t cols, uint64_t seed
     }
   }
   return x;
-}
-
-// E4M3 codes spread over the format's range (no NaN), and positive scales in [2^-8, 2^-6).
-std::vector<uint8_t> random_codes(int64_t n, std::mt19937_64& rng) {
-  std::vector<uint8_t> v(static_cast<size_t>(n));
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_int_distribution<int> e(-4, 4);
-  for (uint8_t& c : v) c = ref::e4m3_encode(std::ldexp(nd(rng), e(rng)) * 8.0f);
-  return v;
-}
-std::vector<float> random_scales(int64_t n, std::mt19937_64& rng) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::uniform_real_distribution<float> u(1.0f, 4.0f);
-  for (float& s : v) s = std::ldexp(u(rng), -8);
-  return v;
 }
 
 std::vector<float> floats_at(const void* device, int64_t first, int64_t count) {

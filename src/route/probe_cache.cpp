@@ -95,12 +95,7 @@ std::string text_of(const File& f) {
 File parse(const std::string& text, const std::string& source) {
   const std::vector<std::string> known = gemm_backends();
   const RecordReader rd("probe cache file " + source, known);
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos) rd.fail("file", "empty");
-  const Json j = rd.parse(text);
-  rd.object(j, "");
-  if (rd.str(rd.field(j, "format", ""), "format") != kFormat)
-    rd.fail("format", std::string("expected \"") + kFormat + "\"");
-  rd.integer(rd.field(j, "version", ""), "version", kFormatVersion, kFormatVersion);
+  const Json j = rd.document(text, kFormat, kFormatVersion);
   File f;
   {
     // The stamp reader names its fields "stamp.*"; here the object is "machine".

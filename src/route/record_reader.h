@@ -30,6 +30,16 @@ struct RecordReader : json_reader::Reader {
     if (s != "bf16" && s != "f16") fail(where, "expected bf16 or f16, got " + json_reader::describe(v));
     return parse_dtype(s);
   }
+  // The document of a file that names its format and version: the text (not blank), parsed, an
+  // object whose "format" is `format` and whose "version" is `version`.
+  json_reader::Json document(const std::string& text, const char* format, int64_t version) const {
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) fail("file", "empty");
+    json_reader::Json j = parse(text);
+    object(j, "");
+    if (str(field(j, "format", ""), "format") != format) fail("format", std::string("expected \"") + format + "\"");
+    integer(field(j, "version", ""), "version", version, version);
+    return j;
+  }
   TableStamp stamp(const json_reader::Json& s) const {
     object(s, "stamp");
     return {str(field(s, "gpu", "stamp"), "stamp.gpu"),

@@ -75,12 +75,7 @@ RoutingTable load_routing_table(const std::string& path) {
   std::stringstream buf;
   buf << in.rdbuf();
   const std::string text = buf.str();
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos) rd.fail("file", "empty");
-  const Json j = rd.parse(text);
-  rd.object(j, "");
-  if (rd.str(rd.field(j, "format", ""), "format") != kFormat)
-    rd.fail("format", std::string("expected \"") + kFormat + "\"");
-  rd.integer(rd.field(j, "version", ""), "version", kFormatVersion, kFormatVersion);
+  const Json j = rd.document(text, kFormat, kFormatVersion);
 
   RoutingTable t;
   t.stamp = rd.stamp(rd.field(j, "stamp", ""));
