@@ -492,6 +492,47 @@ TEST(RowQuantGpu, PerTokenBitExact) {
         }
 }
 
+// silu_and_mul fused with the per-token quant: the tolerance of the fused group form (numerics.md),
+// against ref::silu_and_mul_rows then ref::per_token_quant of the fp32 activation; rows in registers
+// (H <= 8192) and the two-read path.
+TEST(TokenQuantGpu, FusedSiluAndMulWithinTolerance) {
+  FP8ROUTE_REQUIRE_SM90();
+  auto rng = test::make_rng(111);
+  int64_t total = 0, off_by_one = 0;
+  for (DType in : {DType::bf16, DType::f16, DType::f32})
+    for (DType code : {DType::e4m3, DType::i8})
+      for (auto r : {ScaleRounding::none, ScaleRounding::pow2})
+        for (int64_t T : {1, 5}) {
+          const int64_t H = T == 1 ? 14336 : 3584;
+          auto x = test::random_activations(in, T * 2 * H, rng, 128, -3, 3);
+          DeviceBuffer dx = upload(x), dq(T * H), ds(T * 4);
+          poison(dq, 0xAB);
+          silu_and_mul_per_token_quant(TensorView::contiguous(dx.data(), in, {T, 2 * H}),
+                                       TensorView::contiguous(dq.data(), code, {T, H}),
+                                       TensorView::contiguous(ds.data(), DType::f32, {T}), r, nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          const std::vector<float> act = ref::silu_and_mul_rows(x.data(), in, T, H, 2 * H);
+          auto want = ref::per_token_quant(act.data(), DType::f32, T, H, H, code, r);
+          const std::vector<uint8_t> got = download(dq.data(), T * H), gs = download(ds.data(), T * 4);
+          for (int64_t t = 0; t < T; ++t) {
+            float a, b = want.scales[t];
+            std::memcpy(&a, &gs[t * 4], 4);
+            if (r == ScaleRounding::pow2) ASSERT_EQ(a, b) << "scale " << t;
+            else ASSERT_LE(std::fabs(a - b), 1e-6 * std::fabs(b)) << "scale " << t;
+          }
+          for (size_t i = 0; i < got.size(); ++i) {
+            const int d = std::abs(code_ordinal(got[i], code) - code_ordinal(want.codes[i], code));
+            ASSERT_LE(d, 1) << "code " << i << " in " << dtype_name(in) << " T=" << T << " H=" << H;
+            off_by_one += d;
+          }
+          total += T * H;
+        }
+  const double frac = static_cast<double>(off_by_one) / static_cast<double>(total);
+  std::printf("[fp8route] fused silu_and_mul per token: %lld of %lld codes one step off (%.2e)\n",
+              static_cast<long long>(off_by_one), static_cast<long long>(total), frac);
+  EXPECT_LT(frac, 1e-3) << "one-step differences must be rare";
+}
+
 TEST(RowQuantGpu, PerTensorStaticSaturatesAtTheBoundary) {
   FP8ROUTE_REQUIRE_SM90();
   auto rng = test::make_rng(111);
@@ -648,6 +689,8 @@ TEST(QuantArgs, ErrorsNameTheArgument) {
   expect_invalid([&] { masked_per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {2, 4, 512}), TensorView::contiguous(fi, DType::i32, {3}), s, q, sc, nullptr); }, "masked_m");
   expect_invalid([&] { scatter_per_token_group_quant(x, TensorView::contiguous(fi, DType::f32, {4, 2}), s, q, sc, nullptr); }, "src2dst");
   expect_invalid([&] { per_token_quant(x, q, TensorView::contiguous(fs, DType::f32, {5}), ScaleRounding::none, nullptr); }, "s: expected shape");
+  expect_invalid([&] { silu_and_mul_per_token_quant(TensorView::contiguous(fake, DType::bf16, {4, 1040}), TensorView::contiguous(fq, DType::e4m3, {4, 520}), TensorView::contiguous(fs, DType::f32, {4}), ScaleRounding::none, nullptr); }, "x: fused");
+  expect_invalid([&] { silu_and_mul_per_token_quant(TensorView::contiguous(fake, DType::bf16, {4, 2048}), q, TensorView::contiguous(fs, DType::f32, {4}), ScaleRounding::none, nullptr); }, "q: expected shape");
   expect_invalid([&] { per_tensor_quant_static(x, TensorView::contiguous(fs, DType::f32, {2}), q, nullptr); }, "scale");
   expect_invalid([&] { per_tensor_quant_dynamic(x, TensorView::contiguous(fq, DType::bf16, {4, 512}), TensorView::contiguous(fs, DType::f32, {1}), nullptr); }, "q: dtype");
 }

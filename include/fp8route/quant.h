@@ -68,6 +68,12 @@ void scatter_per_token_group_quant(const TensorView& x, const TensorView& src2ds
 void per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
                      ScaleRounding rounding, cudaStream_t stream);
 
+// x [T, 2H]: act = silu(x[:, :H]) * x[:, H:] in fp32 (as the fused group form), then per-token quant
+// of act into q [T, H], s f32 [T]. H a multiple of 16. Tolerance, not bit-exactness, against the CPU
+// reference (device exp; docs/numerics.md).
+void silu_and_mul_per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
+                                  ScaleRounding rounding, cudaStream_t stream);
+
 // Per-tensor, static scale: scale is a device f32 [1]; q = encode(x / scale), the division
 // correctly rounded (NaN -> 0, +-inf -> +-qmax, as in docs/numerics.md).
 void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const TensorView& q,

@@ -117,7 +117,18 @@ def per_token_quant(x, dtype="e4m3", rounding="none", out=None):
     """x [T, H] -> (q [T, H], s f32 [T]): one scale per row."""
     _check_ndim(x, 2, "x", "[T, H]")
     q, s = out if out is not None else (_empty(x, x.shape, _CODE_DTYPES[dtype]), _empty(x, (x.shape[0],), "f32"))
-    lib.per_token_quant(x, _bits(q), s, rounding)
+    lib.per_token_quant(x, _bits(q), s, rounding, False)
+    return q, s
+
+
+def silu_and_mul_per_token_quant(x, dtype="e4m3", rounding="none", out=None):
+    """x [T, 2H] -> act = silu(x[:, :H]) * x[:, H:] in fp32 -> (q [T, H], s f32 [T]), one scale per row
+    (the input of a down projection with per-token scales, in one kernel)."""
+    _check_ndim(x, 2, "x", "[T, 2H]")
+    if out is None:
+        out = (_empty(x, (x.shape[0], x.shape[1] // 2), _CODE_DTYPES[dtype]), _empty(x, (x.shape[0],), "f32"))
+    q, s = out
+    lib.per_token_quant(x, _bits(q), s, rounding, True)
     return q, s
 
 

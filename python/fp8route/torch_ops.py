@@ -59,13 +59,17 @@ def _group_fake(x, group_size, dtype, storage, layout, fused=False):
 
 
 @torch.library.custom_op("fp8route::per_token_quant", mutates_args=())
-def per_token_quant(x: torch.Tensor, dtype: str, rounding: str) -> Tuple[torch.Tensor, torch.Tensor]:
-    return ops.per_token_quant(x, dtype=dtype, rounding=rounding)
+def per_token_quant(x: torch.Tensor, dtype: str, rounding: str,
+                    fused: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """fused: x [T, 2H], silu_and_mul first (ops.silu_and_mul_per_token_quant)."""
+    f = ops.silu_and_mul_per_token_quant if fused else ops.per_token_quant
+    return f(x, dtype=dtype, rounding=rounding)
 
 
 @per_token_quant.register_fake
-def _(x, dtype, rounding):
-    return x.new_empty(x.shape, dtype=_CODE[dtype]), x.new_empty((x.shape[0],), dtype=torch.float32)
+def _(x, dtype, rounding, fused=False):
+    h = x.shape[1] // 2 if fused else x.shape[1]
+    return x.new_empty((x.shape[0], h), dtype=_CODE[dtype]), x.new_empty((x.shape[0],), dtype=torch.float32)
 
 
 def _norm_h(x, residual):

@@ -201,11 +201,12 @@ void scatter_per_token_group_quant(FfiTensor x, FfiTensor src2dst, FfiTensor q, 
   });
 }
 
-void per_token_quant(FfiTensor x, FfiTensor q, FfiTensor s, String rounding) {
+// fused: x [T, 2H] -> silu_and_mul, then the per-token quant.
+void per_token_quant(FfiTensor x, FfiTensor q, FfiTensor s, String rounding, bool fused) {
   guarded([&] {
     const DeviceGuard device(x);
-    fp8route::per_token_quant(view(x, "x"), view(q, "q"), view(s, "s"), fp8route::parse_rounding(std::string(rounding)),
-                              stream_of(x));
+    const auto f = fused ? fp8route::silu_and_mul_per_token_quant : fp8route::per_token_quant;
+    f(view(x, "x"), view(q, "q"), view(s, "s"), fp8route::parse_rounding(std::string(rounding)), stream_of(x));
   });
 }
 

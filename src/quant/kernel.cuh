@@ -568,29 +568,35 @@ struct RowQuantParams {
 // thread stay in registers (one read); wider rows are read again from L1/L2 for the codes.
 constexpr int kTokenRegVecs = 4;
 
-template <class InT>
+// kFused: x rows are [gate (hidden) | up (hidden)] and the quantized values are silu(gate) * up in
+// fp32 (the fused silu_and_mul of the group kernel).
+template <class InT, bool kFused = false>
 __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQuantParams p) {
   griddep_launch_dependents();  // PDL (core/griddep.cuh): everything below may read the previous kernel's output
   griddep_wait();
   __shared__ float smem[32];
   const int64_t t = blockIdx.x;
   const InT* row = static_cast<const InT*>(p.x) + t * p.x_stride_t;
+  const InT* up = kFused ? row + p.hidden : row;
   uint8_t* q = p.q + t * p.hidden;
   const int vecs = static_cast<int>(p.hidden / kQuantVec);
+  bool special = false;  // lane_values' NaN/inf flag (its return value is already the finite amax)
   if (vecs <= kTokenRegVecs * kRowThreads) {
-    Raw8<InT> raw[kTokenRegVecs];
+    Raw8<InT> raw[kTokenRegVecs], raw_up[kFused ? kTokenRegVecs : 1];
 #pragma unroll
     for (int k = 0; k < kTokenRegVecs; ++k) {
       const int v = k * kRowThreads + threadIdx.x;
-      if (v < vecs) raw[k] = load_raw8(row + v * kQuantVec);
+      if (v < vecs) {
+        raw[k] = load_raw8(row + v * kQuantVec);
+        if constexpr (kFused) raw_up[k] = load_raw8(up + v * kQuantVec);
+      }
     }
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < kTokenRegVecs; ++k) {
       if (k * kRowThreads + static_cast<int>(threadIdx.x) < vecs) {
         float x[kQuantVec];
-        to_float8(raw[k], x);
-        amax = fmaxf(amax, finite_amax(x));
+        amax = fmaxf(amax, lane_values<kFused>(raw[k], raw_up[kFused ? k : 0], x, special));
       }
     }
     amax = block_max(amax, smem);
@@ -600,24 +606,28 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
       const int v = k * kRowThreads + threadIdx.x;
       if (v < vecs) {
         float x[kQuantVec];
-        to_float8(raw[k], x);
+        lane_values<kFused>(raw[k], raw_up[kFused ? k : 0], x, special);
         *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode(x, sm.multiplier, p.int8);
       }
     }
     if (threadIdx.x == 0) p.s[t] = sm.scale;
     return;
   }
+  // Vector v's values (read again for the codes from L1/L2); returns their finite amax.
+  auto values = [&](int v, float (&x)[kQuantVec]) {
+    return lane_values<kFused>(load_raw8(row + v * kQuantVec),
+                               kFused ? load_raw8(up + v * kQuantVec) : Raw8<InT>{}, x, special);
+  };
   float amax = 0.0f;
   for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
     float x[kQuantVec];
-    load_vec8(row + v * kQuantVec, x);
-    amax = fmaxf(amax, finite_amax(x));
+    amax = fmaxf(amax, values(v, x));
   }
   amax = block_max(amax, smem);
   const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
   for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
     float x[kQuantVec];
-    load_vec8(row + v * kQuantVec, x);
+    values(v, x);
     *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode(x, sm.multiplier, p.int8);
   }
   if (threadIdx.x == 0) p.s[t] = sm.scale;

@@ -388,10 +388,11 @@ void check_row_input(const TensorView& x) {
                  "x: row stride must be >= H and a multiple of 16 bytes, got " << to_string(x));
 }
 
-void check_codes(const TensorView& q, const TensorView& x) {
+// q [T, H] beside x; H = x's last dim unless given (the fused form's x is [T, 2H]).
+void check_codes(const TensorView& q, const TensorView& x, int64_t hidden = -1) {
   check_device_tensor(q, "q");
   check_dtype(q, "q", {DType::e4m3, DType::i8});
-  const int64_t shape[2] = {x.size(0), x.size(1)};
+  const int64_t shape[2] = {x.size(0), hidden < 0 ? x.size(1) : hidden};
   check_contiguous_shape(q, "q", shape, 2);
   check_aligned(q.data, 16, "q");
   check_same_device(q, "q", x, "x");
@@ -528,28 +529,51 @@ void scatter_per_token_group_quant(const TensorView& x, const TensorView& src2ds
   group_quant(x, nullptr, &src2dst, spec, q, s, false, Form::scatter, stream);
 }
 
-void per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
-                     ScaleRounding rounding, cudaStream_t stream) {
+namespace {
+
+// per_token_quant, or (fused) silu_and_mul of x [T, 2H] then per_token_quant of the result.
+void token_quant(const TensorView& x, const TensorView& q, const TensorView& s, ScaleRounding rounding, bool fused,
+                 cudaStream_t stream) {
   check_row_input(x);
-  check_codes(q, x);
+  if (fused)
+    FP8ROUTE_CHECK(x.size(1) % 32 == 0,
+                   "x: fused silu_and_mul needs [T, 2H] with H a multiple of 16, got " << to_string(x));
+  const int64_t hidden = fused ? x.size(1) / 2 : x.size(1);
+  check_codes(q, x, hidden);
   check_device_tensor(s, "s");
   check_dtype(s, "s", {DType::f32});
   const int64_t shape[1] = {x.size(0)};
   check_contiguous_shape(s, "s", shape, 1);
   check_aligned(s.data, 4, "s");
   check_scale_operand(s, "s", true, x, q);
+  FP8ROUTE_CHECK(rounding == ScaleRounding::none || rounding == ScaleRounding::pow2, "rounding: not none or pow2");
   FP8ROUTE_CHECK(x.size(0) <= 0x7FFFFFFF, "x: at most 2^31-1 rows, got " << x.size(0));
   // The kernel walks a row's vectors with int offsets (v * 8): a row must stay below 2^31 elements.
   FP8ROUTE_CHECK(x.size(1) <= 0x7FFFFFFF, "x: H = " << x.size(1) << " must be < 2^31 (one row's elements are indexed in int32)");
   if (x.size(0) == 0) return;
   check_sm90();
   RowQuantParams p = row_params(x, q);
+  p.hidden = hidden;
   p.s = static_cast<float*>(s.data);
   p.pow2 = rounding == ScaleRounding::pow2;
+  const LaunchShape grid_shape = pdl_shape(dim3(static_cast<unsigned>(x.size(0))), kernels::kRowThreads);
   dispatch_float(x.dtype, [&]<class InT>() {
-    launch_kernel(kernels::per_token_quant_kernel<InT>, pdl_shape(dim3(static_cast<unsigned>(x.size(0))), kernels::kRowThreads), stream, p);
+    if (fused) launch_kernel(kernels::per_token_quant_kernel<InT, true>, grid_shape, stream, p);
+    else launch_kernel(kernels::per_token_quant_kernel<InT, false>, grid_shape, stream, p);
     FP8ROUTE_CHECK_LAUNCH();
   });
+}
+
+}  // namespace
+
+void per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
+                     ScaleRounding rounding, cudaStream_t stream) {
+  token_quant(x, q, s, rounding, false, stream);
+}
+
+void silu_and_mul_per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
+                                  ScaleRounding rounding, cudaStream_t stream) {
+  token_quant(x, q, s, rounding, true, stream);
 }
 
 void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const TensorView& q,

@@ -16,8 +16,7 @@ the final norm and lm_head (a bf16 F.linear: the vocabulary projection is kept o
 Backends (the linear layers, and the norms and quantizations that feed them):
   "fp8route"  Fp8Linear layers. The residual add, the RMSNorm and the activation quantization run as
               one fused op whose codes and scales feed Fp8Linear.forward_quantized. act="row"
-              (per-token scales, default): there is no fused silu_and_mul + per-token quant, so
-              down_proj gets torch's silu_and_mul and Fp8Linear.forward (which quantizes); act="block"
+              (per-token scales, default): silu_and_mul_per_token_quant feeds down_proj; act="block"
               (1x128 groups): silu_and_mul_per_token_group_quant feeds down_proj; act="tensor": a
               checkpoint's static input scales (rms_norm_per_tensor_quant fused; per_tensor_quant
               before o_proj/down_proj), else dynamic per-tensor scales (rms_norm, then forward).
@@ -829,8 +828,11 @@ class _Fp8RouteBackend:
         if self.act == "block":
             q, s = self.ops.per_token_group_quant(gu, BLOCK, "e4m3", "none", "f32", "col_major_tma", True)
             return lin.mod.forward_quantized(q, s)
-        # No fused silu_and_mul + per-token (or per-tensor) quant exists: torch's silu_and_mul, then
-        # the layer quantizes.
+        if self.act == "row" and gu.shape[-1] % 32 == 0:  # the fused op wants H % 16 == 0
+            q, s = self.ops.per_token_quant(gu, "e4m3", "none", True)
+            return lin.mod.forward_quantized(q, s)
+        # Per-tensor scales (a whole-tensor amax first, or a static scale) have no fused form:
+        # torch's silu_and_mul, then the layer quantizes.
         return self.linear_call(_silu_mul(gu), lin)
 
     def linear_call(self, x, lin):
