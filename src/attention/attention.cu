@@ -25,13 +25,12 @@ using detail::check_dtype;
 using detail::check_ndim;
 using detail::check_no_overlap;
 using detail::check_same_device;
+using detail::given;
 using kernels::DecodeAttnParams;
 
 namespace {
 
 constexpr int kMaxSplits = 8;  // a portable cluster
-
-bool given(const TensorView& t) { return t.ndim != 0 || t.data != nullptr; }
 
 // A tensor of qkv's dtype on qkv's device.
 void check_like_qkv(const TensorView& t, const char* name, const TensorView& qkv) {

@@ -68,8 +68,9 @@ struct AttnSmem {
   static constexpr int kBytes = kFloats * 4;
 };
 
-// Merges softmax state (m2, l2, o2) into (m, l, o): both over disjoint positions, m the running
-// maximum of base-2 scores (-inf: no position yet).
+// The factor that rescales a softmax state (sum and output) kept at maximum m to the maximum mnew
+// >= m when states over disjoint positions merge; m is a base-2 score maximum, -inf for a state
+// with no position yet (factor 0, where exp2(-inf - -inf) would be NaN).
 __device__ __forceinline__ float merge_weight(float m, float mnew) {
   return m == -INFINITY ? 0.0f : exp2f(m - mnew);
 }

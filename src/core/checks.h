@@ -34,6 +34,9 @@ inline void check_device_tensor(const TensorView& t, const char* name) {
   FP8ROUTE_CHECK(t.device.index >= 0, name << ": negative device index in " << to_string(t));
 }
 
+// An optional operand was passed: an absent one is the default view (no data, rank 0).
+inline bool given(const TensorView& t) { return t.ndim != 0 || t.data != nullptr; }
+
 // t must be on `ref`'s device: one call's tensors live on one GPU.
 inline void check_same_device(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name) {
   FP8ROUTE_CHECK(t.device == ref.device, name << " and " << ref_name << ": must be on one device, got " << name

@@ -23,12 +23,11 @@ using detail::check_dtype;
 using detail::check_ndim;
 using detail::check_no_overlap;
 using detail::check_same_device;
+using detail::given;
 using kernels::NormOut;
 using kernels::NormParams;
 
 namespace {
-
-bool given(const TensorView& t) { return t.ndim != 0 || t.data != nullptr; }
 
 // Same pointer, shape and strides: the one overlap the in-place forms allow.
 bool same_view(const TensorView& a, const TensorView& b) {
