@@ -145,6 +145,27 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   const int begin = min(pos, lo + rank * per);
   const int end = min(pos, begin + per);
 
+  const int64_t kbase = b * p.kc_sb + kvh * p.kc_sh, vbase = b * p.vc_sb + kvh * p.vc_sh;
+  const T* kc = static_cast<const T*>(p.k_cache) + kbase;
+  const T* vc = static_cast<const T*>(p.v_cache) + vbase;
+  const int sub = lane / kLanesPerRow;
+  const int e0 = (lane % kLanesPerRow) * kQuantVec;
+  constexpr int kRowsPerIter = kSteps * kRowsPerStep;
+  // Rows of the iteration at r0 into registers; zeros past `end` (a masked row's weight is 0, and
+  // 0 * stale NaN bits would poison the sums).
+  auto load_rows = [&](int r0, Raw8<T> (&kr)[kSteps], Raw8<T> (&vr)[kSteps]) {
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+      const int r = r0 + i * kRowsPerStep + sub;
+      kr[i] = r < end ? load_raw8(kc + r * p.kc_sp + e0) : Raw8<T>{};
+      vr[i] = r < end ? load_raw8(vc + r * p.vc_sp + e0) : Raw8<T>{};
+    }
+  };
+  // Software pipelined: the next iteration's loads are issued before this one's arithmetic, and
+  // the first iteration's before the prologue (the cached rows do not depend on it).
+  Raw8<T> kr[kSteps], vr[kSteps];
+  load_rows(begin + warp * kRowsPerIter, kr, vr);
+
   // 1. Prologue.
   const T* row = static_cast<const T*>(p.qkv) + b * p.qkv_stride;
   const T* cos_row = static_cast<const T*>(p.cos) + static_cast<int64_t>(pos) * D;
@@ -163,9 +184,6 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   if (owner)
     for (int i = tid; i < D; i += kAttnThreads) smem[Smem::kVn + i] = static_cast<float>(vsrc[i]);
   __syncthreads();
-  const int64_t kbase = b * p.kc_sb + kvh * p.kc_sh, vbase = b * p.vc_sb + kvh * p.vc_sh;
-  const T* kc = static_cast<const T*>(p.k_cache) + kbase;
-  const T* vc = static_cast<const T*>(p.v_cache) + vbase;
   if (owner) {
     if (chunk == 0)  // the new key (rounded, so exact in T) and value, once per kv head
       for (int i = tid; i < D; i += kAttnThreads) {
@@ -182,8 +200,6 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   }
 
   // 2. Main loop.
-  const int sub = lane / kLanesPerRow;
-  const int e0 = (lane % kLanesPerRow) * kQuantVec;
   float q[G][kQuantVec], o[G][kQuantVec], m[G], l[G];
 #pragma unroll
   for (int j = 0; j < G; ++j) {
@@ -195,20 +211,6 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
     m[j] = -INFINITY;
     l[j] = 0.0f;
   }
-  constexpr int kRowsPerIter = kSteps * kRowsPerStep;
-  // Rows of the iteration at r0 into registers; zeros past `end` (a masked row's weight is 0, and
-  // 0 * stale NaN bits would poison the sums).
-  auto load_rows = [&](int r0, Raw8<T> (&kr)[kSteps], Raw8<T> (&vr)[kSteps]) {
-#pragma unroll
-    for (int i = 0; i < kSteps; ++i) {
-      const int r = r0 + i * kRowsPerStep + sub;
-      kr[i] = r < end ? load_raw8(kc + r * p.kc_sp + e0) : Raw8<T>{};
-      vr[i] = r < end ? load_raw8(vc + r * p.vc_sp + e0) : Raw8<T>{};
-    }
-  };
-  // Software pipelined: the next iteration's loads are issued before this one's arithmetic.
-  Raw8<T> kr[kSteps], vr[kSteps];
-  load_rows(begin + warp * kRowsPerIter, kr, vr);
   for (int r0 = begin + warp * kRowsPerIter; r0 < end; r0 += kAttnWarps * kRowsPerIter) {
     Raw8<T> kn[kSteps], vn[kSteps];
     load_rows(r0 + kAttnWarps * kRowsPerIter, kn, vn);

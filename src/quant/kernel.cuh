@@ -565,8 +565,9 @@ struct RowQuantParams {
 };
 
 // One block per row: amax over the row, then its codes. Rows of up to kTokenRegVecs vectors per
-// thread stay in registers (one read); wider rows are read again from L1/L2 for the codes.
-constexpr int kTokenRegVecs = 4;
+// thread (16384 elements: every hidden and intermediate size of a decode step up to 405B at TP 2)
+// stay in registers, all loads in flight at once; wider rows are read again from L1/L2 for the codes.
+constexpr int kTokenRegVecs = 8;
 
 // kFused: x rows are [gate (hidden) | up (hidden)] and the quantized values are silu(gate) * up in
 // fp32 (the fused silu_and_mul of the group kernel).
@@ -591,24 +592,21 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
         if constexpr (kFused) raw_up[k] = load_raw8(up + v * kQuantVec);
       }
     }
+    // The values once (silu_and_mul is most of a decode row's instructions, on one SM), kept for
+    // the codes.
     float amax = 0.0f;
+    float x[kTokenRegVecs][kQuantVec];
 #pragma unroll
     for (int k = 0; k < kTokenRegVecs; ++k) {
-      if (k * kRowThreads + static_cast<int>(threadIdx.x) < vecs) {
-        float x[kQuantVec];
-        amax = fmaxf(amax, lane_values<kFused>(raw[k], raw_up[kFused ? k : 0], x, special));
-      }
+      if (k * kRowThreads + static_cast<int>(threadIdx.x) < vecs)
+        amax = fmaxf(amax, lane_values<kFused>(raw[k], raw_up[kFused ? k : 0], x[k], special));
     }
     amax = block_max(amax, smem);
     const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
 #pragma unroll
     for (int k = 0; k < kTokenRegVecs; ++k) {
       const int v = k * kRowThreads + threadIdx.x;
-      if (v < vecs) {
-        float x[kQuantVec];
-        lane_values<kFused>(raw[k], raw_up[kFused ? k : 0], x, special);
-        *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode(x, sm.multiplier, p.int8);
-      }
+      if (v < vecs) *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode(x[k], sm.multiplier, p.int8);
     }
     if (threadIdx.x == 0) p.s[t] = sm.scale;
     return;
@@ -619,6 +617,7 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
                                kFused ? load_raw8(up + v * kQuantVec) : Raw8<InT>{}, x, special);
   };
   float amax = 0.0f;
+#pragma unroll 4
   for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
     float x[kQuantVec];
     amax = fmaxf(amax, values(v, x));

@@ -597,8 +597,10 @@ namespace {
 
 // The three launch shapes of the dynamic per-tensor quant (per_tensor_quant_dynamic picks one).
 
-// The whole tensor (contiguous rows, at most kTokenRegVecs * kRowThreads vectors) as one row of the
-// per-token kernel: one block, registers, one launch, the same arithmetic.
+// The whole tensor (contiguous rows, at most kTensorOneBlockVecs vectors) as one row of the per-token
+// kernel: one block, registers, one launch, the same arithmetic.
+constexpr int64_t kTensorOneBlockVecs = 4 * kernels::kRowThreads;
+
 template <class InT>
 void tensor_dynamic_one_block(RowQuantParams p, int64_t numel, cudaStream_t stream) {
   p.rows = 1;
@@ -660,7 +662,7 @@ void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const Te
   dispatch_float(x.dtype, [&]<class InT>() {
     constexpr int64_t kClusterCapacity =
         int64_t{kernels::kClusterMaxBlocks} * kernels::kClusterThreads * kernels::kClusterVecs<InT>;
-    if (x.size(0) > 0 && contiguous && vecs <= int64_t{kernels::kTokenRegVecs} * kernels::kRowThreads)
+    if (x.size(0) > 0 && contiguous && vecs <= kTensorOneBlockVecs)
       tensor_dynamic_one_block<InT>(p, x.numel(), stream);
     else if (x.size(0) > 0 && vecs <= std::min(kClusterCapacity, g_cluster_max_vecs))
       tensor_dynamic_cluster<InT>(p, vecs, stream);
