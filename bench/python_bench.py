@@ -11,6 +11,15 @@ are replayed interleaved (shuffled order per round, an untimed L2 flush before e
 of 20 replays.
 
   python3 bench/python_bench.py [--model llama-3.1-8b] [--tp 1] [--m 1,16,128,1024,4096] [--json FILE]
+
+--overhead instead measures host time per call (no GPU timing): for each op at M = 1, the native
+call the op runs, the public function (fp8route.per_token_quant, Fp8Linear.__call__, ...: eager
+calls skip the dispatcher) and torch.ops.fp8route.<op> (through the dispatcher, as a compiled graph
+calls it). Calls are issued in bursts short enough that the launch queue never fills, so the host
+is never waiting for the GPU; median over bursts. Target: the public function within 1 us of the
+native call.
+
+  python3 bench/python_bench.py --overhead [--json FILE]
 """
 import argparse
 import json
@@ -19,6 +28,7 @@ import os
 import random
 import statistics
 import sys
+import time
 
 import torch
 
@@ -106,13 +116,93 @@ def summarize(records):
         print(f"  {op:20} {band:8} n={len(v):3d}  {gm:.3f}x ({min(v):.3f}-{max(v):.3f})")
 
 
+def host_us(fn, burst=100, bursts=50):
+    """Median host microseconds per call of fn(), over bursts of calls each followed by a sync (at
+    most 3 launches a call: 300 queued launches, well under the queue's depth)."""
+    times = []
+    for i in range(bursts + 5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(burst):
+            fn()
+        t1 = time.perf_counter()
+        if i >= 5:  # warm-up bursts (first calls, allocator) are not counted
+            times.append((t1 - t0) / burst * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def overhead(args):
+    from fp8route import ops as fops
+    from fp8route import torch_ops
+    from fp8route._native import lib
+    k, n = 4096, 4096
+    x = torch.randn(1, k, device=DEV, dtype=torch.bfloat16)
+    q = torch.empty(1, k, device=DEV, dtype=torch.float8_e4m3fn)
+    s = torch.empty(1, device=DEV)
+    y = torch.empty(1, n, device=DEV, dtype=torch.bfloat16)
+    w = (torch.randn(n, k, device=DEV) / 64).to(torch.bfloat16)
+    layer = fp8route.Fp8Linear.from_float(w, act="row")
+    qb = q.view(torch.uint8)
+    lib.per_token_quant(x, qb, s, "none", False)
+    wb, ws = layer.weight, layer.weight_scale
+    wq = wb.view(torch.uint8)
+    cases = {
+        # name: (the native module alone, outputs given; the implementation the op runs, allocating its
+        # outputs; the public function; the torch op)
+        "per_token_quant": (lambda: lib.per_token_quant(x, qb, s, "none", False),
+                            lambda: fops._token_quant(x, "e4m3", "none", None, False),
+                            lambda: fp8route.per_token_quant(x),
+                            lambda: torch.ops.fp8route.per_token_quant(x, "e4m3", "none", False)),
+        "scaled_mm": (lambda: lib.scaled_mm(qb, wq, s, ws, y, "row"),
+                      lambda: fops._scaled_mm(q, wb, s, ws, None, "bf16", "row", None),
+                      lambda: fp8route.scaled_mm(q, wb, s, ws, scale="row"),
+                      lambda: torch.ops.fp8route.scaled_mm(q, wb, s, ws, None, torch.bfloat16, "row")),
+        # layer(x) adds nn.Module.__call__ (hooks) to forward: torch's cost, shown apart.
+        "Fp8Linear.forward": (None,
+                              lambda: torch_ops.linear_forward(layer.plan, x, n, "row", torch.bfloat16),
+                              lambda: layer.forward(x),
+                              lambda: torch.ops.fp8route.linear(x, wb, layer.plan_key, "row", torch.bfloat16)),
+        "Fp8Linear (module call)": (None,
+                                    lambda: torch_ops.linear_forward(layer.plan, x, n, "row", torch.bfloat16),
+                                    lambda: layer(x),
+                                    lambda: torch.ops.fp8route.linear(x, wb, layer.plan_key, "row", torch.bfloat16)),
+        "Fp8Linear.forward_quantized": (lambda: layer.plan.run(qb, s, y),
+                                        lambda: torch_ops.linear_quantized_forward(layer.plan, q, s, n,
+                                                                                   torch.bfloat16),
+                                        lambda: layer.forward_quantized(q, s),
+                                        lambda: torch.ops.fp8route.linear_quantized(q, s, wb, layer.plan_key,
+                                                                                    torch.bfloat16)),
+    }
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, fp8route {fp8route.__version__}: host us per "
+          f"call at M = 1 (median of bursts)")
+    print(f"{'op':28} {'native':>7} {'impl':>7} {'public':>7} {'torch.ops':>9} {'public-impl':>11} {'op-impl':>8}")
+    records = []
+    with torch.inference_mode():
+        for name, fns in cases.items():
+            t = {kind: host_us(fn) if fn else float("nan")
+                 for kind, fn in zip(("native", "impl", "public", "op"), fns)}
+            print(f"{name:28} {t['native']:7.2f} {t['impl']:7.2f} {t['public']:7.2f} {t['op']:9.2f} "
+                  f"{t['public'] - t['impl']:11.2f} {t['op'] - t['impl']:8.2f}")
+            records.append({"op": name, **{f"{kind}_us": v for kind, v in t.items()}})
+    worst = max(r["public_us"] - r["impl_us"] for r in records if r["op"] != "Fp8Linear (module call)")
+    print(f"public function over the implementation: at most {worst:.2f} us "
+          f"({'within' if worst <= 1.0 else 'over'} the 1 us target)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--m", default="1,16,128,1024,4096")
     ap.add_argument("--json")
+    ap.add_argument("--overhead", action="store_true", help="host time per call of the Python paths (see above)")
     args = ap.parse_args()
+    if args.overhead:
+        return overhead(args)
     records = []
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, fp8route {fp8route.__version__}")
     print(f"{'layer':32} {'M':>5} {'op':28} {'fp8route us':>12} {'torch us':>10} {'torch.compile us':>17} {'speed-up':>9}")

@@ -5,6 +5,7 @@ with torch.library (fake implementations for torch.compile) and Fp8Linear wraps 
 Errors are ValueError (a bad argument, a bad table file) or RuntimeError (CUDA, cuBLAS), with the
 C++ message naming the argument and the rule.
 """
+from ._native import LinearPlan
 from ._native import lib as _lib
 from .ops import (
     decode_attention,
@@ -50,7 +51,7 @@ __all__ = [
     "silu_and_mul_per_token_group_quant", "silu_and_mul_per_token_quant", "masked_per_token_group_quant",
     "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "per_token_quant",
     "per_tensor_quant", "rms_norm", "rms_norm_per_token_group_quant", "rms_norm_per_token_quant",
-    "rms_norm_per_tensor_quant", "decode_attention", "scaled_mm", "__version__",
+    "rms_norm_per_tensor_quant", "decode_attention", "scaled_mm", "LinearPlan", "__version__",
 ]
 
 try:  # torch is optional: the ops above work on any DLPack tensor given out= buffers.

@@ -1,5 +1,7 @@
-"""Loads the native module (_fp8route_ffi.so, the C++ library exported through apache-tvm-ffi)."""
+"""Loads the native module (_fp8route_ffi.so, the C++ library exported through apache-tvm-ffi) and
+registers its object type, LinearPlan."""
 import os
+from collections.abc import Mapping
 
 import tvm_ffi
 
@@ -25,3 +27,29 @@ def _find():
 
 
 lib = tvm_ffi.load_module(_find())
+
+
+@tvm_ffi.register_object("fp8route.LinearPlan")
+class LinearPlan(tvm_ffi.Object):
+    """A C++ LinearPlan (include/fp8route/linear.h), made by Fp8Linear: reference counted, freed on its
+    GPU when the last holder drops it, and holding the weight, scale and bias tensors it reads.
+    Read-only fields n, k, device, act, out_dtype; methods run(a, a_scale, out), route(m),
+    explain(m), probe(m_grid, top, always)."""
+
+    # Fp8Linear's op finds its plan through a weak reference (torch_ops.py).
+    __slots__ = ("__weakref__",)
+
+    def __reduce__(self):  # copy, deepcopy, pickle
+        raise TypeError("LinearPlan: a plan is bound to the device memory of its weight and is not copied; "
+                        "make a new Fp8Linear from the (copied) weight and scale instead")
+
+
+def plain(value):
+    """A result of the native module as plain Python data: tvm-ffi Maps as dicts, Arrays as lists."""
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, tvm_ffi.Array):
+        return [plain(v) for v in value]
+    return value

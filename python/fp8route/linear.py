@@ -1,11 +1,9 @@
 """Fp8Linear: a torch.nn.Module over a LinearPlan (bf16/fp16 activations in, quantized on the fly,
 multiplied by the routed FP8 GEMM)."""
-import json
-
 import torch
 
-from . import ops
-from ._native import lib
+from . import ops, torch_ops
+from ._native import lib, plain
 
 _ACTS = ("row", "tensor", "block")
 
@@ -26,6 +24,8 @@ class Fp8Linear(torch.nn.Module):
     The plan is made once here (which backends can run the layer, the scale forms they need, the
     routing table's slice); forward looks up M. Build the module on the device it will run on: the
     plan holds the weight's device pointer, so moving the module afterwards is refused.
+    `plan` is the fp8route.LinearPlan (freed with the module's last reference to it); the torch
+    ops name it by `plan_key`, an integer no other plan of the process gets (torch_ops.py says why).
     """
 
     def __init__(self, weight, weight_scale, act="row", out_dtype=torch.bfloat16, bias=None):
@@ -40,8 +40,8 @@ class Fp8Linear(torch.nn.Module):
         self.register_buffer("weight_scale", weight_scale.to(torch.float32).contiguous())
         self.register_buffer("bias", bias)
         self._ptr = weight.data_ptr()
-        self._plan = int(lib.linear_plan_create(ops._bits(weight), self.weight_scale, act, ops._out_name(out_dtype),
-                                                bias is not None, bias if bias is not None else self.weight_scale))
+        self.plan = lib.linear_plan_create(ops._bits(weight), self.weight_scale, act, ops._out_name(out_dtype), bias)
+        self.plan_key = torch_ops.plan_key(self.plan)
 
     @classmethod
     def from_float(cls, weight, act="row", out_dtype=torch.bfloat16, bias=None):
@@ -59,7 +59,9 @@ class Fp8Linear(torch.nn.Module):
         return cls(q, s, act, out_dtype, bias)
 
     def forward(self, x):
-        return torch.ops.fp8route.linear(x, self.weight, self._plan, self.act, self.out_dtype)
+        if ops._compiling():  # traced: the op, which a graph holds (eager: no dispatcher)
+            return torch.ops.fp8route.linear(x, self.weight, self.plan_key, self.act, self.out_dtype)
+        return torch_ops.linear_forward(self.plan, x, self.weight.shape[0], self.act, self.out_dtype)
 
     def forward_quantized(self, q, s):
         """The GEMM on activations quantized already, for a producer that fuses the quantization
@@ -70,11 +72,13 @@ class Fp8Linear(torch.nn.Module):
         the scale's shape against the act kind (a ValueError naming the scale)."""
         if q.dim() != 2 or q.shape[1] != self.weight.shape[1]:
             raise ValueError(f"q: expected [M, {self.weight.shape[1]}], got {tuple(q.shape)}")
-        return torch.ops.fp8route.linear_quantized(q, s, self.weight, self._plan, self.out_dtype)
+        if ops._compiling():
+            return torch.ops.fp8route.linear_quantized(q, s, self.weight, self.plan_key, self.out_dtype)
+        return torch_ops.linear_quantized_forward(self.plan, q, s, self.weight.shape[0], self.out_dtype)
 
     def route(self, m):
         """The backend/config a call with m rows runs."""
-        return str(lib.linear_plan_route(self._plan, m))
+        return str(self.plan.route(m))
 
     def probe(self, m_grid=None, top=5, always=False):
         """Times this layer's routing candidates on this GPU and routes by those times from then on
@@ -83,26 +87,17 @@ class Fp8Linear(torch.nn.Module):
         before forward() and before capturing graphs. Returns the timings, a list of dicts (m, n, k,
         scale, out, backend, config, us); empty when no M needed one. fp8route.save_table(path, timings)
         keeps them for the next process."""
-        grid = "" if m_grid is None else ",".join(str(int(m)) for m in m_grid)
-        return json.loads(str(lib.linear_plan_probe(self._plan, grid, int(top), bool(always))))
+        return plain(self.plan.probe(ops._m_grid(m_grid), int(top), bool(always)))
 
     def explain(self, m):
-        return str(lib.linear_plan_explain(self._plan, m))
+        return str(self.plan.explain(m))
 
     def _apply(self, fn, *args, **kwargs):
         moved = super()._apply(fn, *args, **kwargs)
-        if getattr(self, "_plan", None) is not None and self.weight.data_ptr() != self._ptr:
+        if getattr(self, "plan", None) is not None and self.weight.data_ptr() != self._ptr:
             raise RuntimeError("Fp8Linear: the plan holds the weight's device memory; build the module on the "
                                "device it runs on instead of moving it")
         return moved
-
-    def __del__(self):
-        plan = getattr(self, "_plan", None)
-        if plan is not None:
-            try:
-                lib.linear_plan_free(plan)
-            except Exception:  # interpreter shutdown
-                pass
 
     def extra_repr(self):
         return f"in_features={self.weight.shape[1]}, out_features={self.weight.shape[0]}, act={self.act}, " \

@@ -1,17 +1,37 @@
 """The fp8route ops on DLPack tensors. Outputs are allocated on the input's device when the input
 is a torch tensor and out= is not given; with other frameworks pass out=. Work runs on the
-framework's current CUDA stream. E4M3 tensors may be torch.float8_e4m3fn or uint8 bit patterns."""
-import json
+framework's current CUDA stream. E4M3 tensors may be torch.float8_e4m3fn or uint8 bit patterns.
+Traced by torch.compile, each function calls its torch.ops.fp8route op (torch_ops.py) instead, which a
+graph can hold; run eagerly, it calls the native module directly (no dispatcher on the way)."""
+import functools
 
-from ._native import lib
+from ._native import lib, plain
 
 try:
     import torch
 except ImportError:  # the ops still work on any DLPack tensor, given out=
     torch = None
 
+
+# True while torch.compile traces the caller (the call must then be a torch op), else False; dynamo
+# reads this very function as a constant. About 0.1 us per eager call.
+_compiling = torch.compiler.is_compiling if torch is not None else (lambda: False)
+
+
+def _into(out, results):
+    """A traced call's results, copied into out= where given (a tensor, or a tuple of them)."""
+    if out is None:
+        return results
+    if isinstance(results, tuple):
+        for o, r in zip(out, results):
+            o.copy_(r)
+        return tuple(out)
+    return out.copy_(results)
+
+
 _CODE_DTYPES = {"e4m3": "float8_e4m3fn", "i8": "int8"}
 _OUT_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "half": "f16"}
+_TORCH_OUT = {"bf16": torch.bfloat16, "f16": torch.float16} if torch is not None else {}
 
 
 def _is_torch(x):
@@ -42,11 +62,19 @@ def _empty(like, shape, dtype, zero=False):
     return (torch.zeros if zero else torch.empty)(tuple(shape), dtype=tdtype, device=like.device)
 
 
+@functools.lru_cache(maxsize=4096, typed=True)
+def _layout(tokens, hidden, group_size, dtype, rounding, storage, layout, experts):
+    lay = lib.quant_layout(group_size, dtype, rounding, storage, layout, tokens, hidden, experts)
+    return tuple(lay["q"]), tuple(lay["s"]), str(lay["s_dtype"])
+
+
 def quant_layout(tokens, hidden, group_size=128, dtype="e4m3", rounding="none", storage="f32",
                  layout="row_major", experts=0):
     """Shapes of the codes and scales of quantizing x [T, H] (or [E, T, H] with experts=E):
-    {"q": [...], "s": [...], "s_dtype": "f32" | "i32"} (the one layout function of the C++ library)."""
-    return json.loads(str(lib.quant_layout(group_size, dtype, rounding, storage, layout, tokens, hidden, experts)))
+    {"q": [...], "s": [...], "s_dtype": "f32" | "i32"} (the one layout function of the C++ library;
+    a pure function of its arguments, so answers are cached)."""
+    q, s, s_dtype = _layout(tokens, hidden, group_size, dtype, rounding, storage, layout, experts)
+    return {"q": list(q), "s": list(s), "s_dtype": s_dtype}
 
 
 def _group_outputs(x, tokens, hidden, experts, group_size, dtype, rounding, storage, layout, out, zero=False,
@@ -55,11 +83,11 @@ def _group_outputs(x, tokens, hidden, experts, group_size, dtype, rounding, stor
         return out
     # batched (the masked form): [E, ...] outputs even for E = 0, where quant_layout's experts=0
     # would mean unbatched; one expert's layout with the expert dim 0.
-    lay = quant_layout(tokens, hidden, group_size, dtype, rounding, storage, layout,
-                       max(experts, 1) if batched else experts)
+    q, s, s_dtype = _layout(tokens, hidden, group_size, dtype, rounding, storage, layout,
+                            max(experts, 1) if batched else experts)
     if batched and experts == 0:
-        lay["q"][0] = lay["s"][0] = 0
-    return (_empty(x, lay["q"], _CODE_DTYPES[dtype], zero), _empty(x, lay["s"], lay["s_dtype"], zero))
+        q, s = (0,) + q[1:], (0,) + s[1:]
+    return _empty(x, q, _CODE_DTYPES[dtype], zero), _empty(x, s, s_dtype, zero)
 
 
 def _check_ndim(x, ndim, name, form):
@@ -67,21 +95,41 @@ def _check_ndim(x, ndim, name, form):
         raise ValueError(f"{name}: expected {form}, got shape {tuple(x.shape)}")
 
 
+# Each public function checks what torch.compile's tracing needs (ranks), then either calls its
+# torch op (traced) or the eager form below, which the torch op's implementation calls too.
+
+def _group_quant(x, group_size, dtype, rounding, storage, layout, out, fused):
+    hidden = x.shape[1] // 2 if fused else x.shape[1]
+    q, s = _group_outputs(x, x.shape[0], hidden, 0, group_size, dtype, rounding, storage, layout, out)
+    lib.per_token_group_quant(x, _bits(q), s, group_size, dtype, rounding, storage, layout, fused)
+    return q, s
+
+
 def per_token_group_quant(x, group_size=128, dtype="e4m3", rounding="none", storage="f32", layout="row_major",
                           out=None):
     """x [T, H] -> (q [T, H], s): one scale per group of `group_size` along H (see quant_layout)."""
     _check_ndim(x, 2, "x", "[T, H]")
-    q, s = _group_outputs(x, x.shape[0], x.shape[1], 0, group_size, dtype, rounding, storage, layout, out)
-    lib.per_token_group_quant(x, _bits(q), s, group_size, dtype, rounding, storage, layout, False)
-    return q, s
+    if _compiling():
+        return _into(out, torch.ops.fp8route.per_token_group_quant(x, group_size, dtype, rounding, storage, layout,
+                                                                   False))
+    return _group_quant(x, group_size, dtype, rounding, storage, layout, out, False)
 
 
 def silu_and_mul_per_token_group_quant(x, group_size=128, dtype="e4m3", rounding="none", storage="f32",
                                        layout="row_major", out=None):
     """x [T, 2H] -> silu(x[:, :H]) * x[:, H:] quantized per group: (q [T, H], s)."""
     _check_ndim(x, 2, "x", "[T, 2H]")
-    q, s = _group_outputs(x, x.shape[0], x.shape[1] // 2, 0, group_size, dtype, rounding, storage, layout, out)
-    lib.per_token_group_quant(x, _bits(q), s, group_size, dtype, rounding, storage, layout, True)
+    if _compiling():
+        return _into(out, torch.ops.fp8route.per_token_group_quant(x, group_size, dtype, rounding, storage, layout,
+                                                                   True))
+    return _group_quant(x, group_size, dtype, rounding, storage, layout, out, True)
+
+
+def _masked_group_quant(x, masked_m, group_size, dtype, rounding, storage, layout, out, fused):
+    hidden = x.shape[2] // 2 if fused else x.shape[2]
+    q, s = _group_outputs(x, x.shape[1], hidden, x.shape[0], group_size, dtype, rounding, storage, layout, out,
+                          batched=True)
+    lib.masked_per_token_group_quant(x, masked_m, _bits(q), s, group_size, dtype, rounding, storage, layout, fused)
     return q, s
 
 
@@ -90,16 +138,21 @@ def masked_per_token_group_quant(x, masked_m, group_size=128, dtype="e4m3", roun
     """x [E, T_pad, H] (fused: [E, T_pad, 2H]), masked_m int32 [E]: rows t >= masked_m[e] are neither
     read nor written. Returns (q [E, T_pad, H], s)."""
     _check_ndim(x, 3, "x", "[E, T_pad, H]")
-    hidden = x.shape[2] // 2 if fused else x.shape[2]
-    q, s = _group_outputs(x, x.shape[1], hidden, x.shape[0], group_size, dtype, rounding, storage, layout, out,
-                          batched=True)
-    lib.masked_per_token_group_quant(x, masked_m, _bits(q), s, group_size, dtype, rounding, storage, layout, fused)
-    return q, s
+    if _compiling():
+        return _into(out, torch.ops.fp8route.masked_per_token_group_quant(x, masked_m, group_size, dtype, rounding,
+                                                                          storage, layout, bool(fused)))
+    return _masked_group_quant(x, masked_m, group_size, dtype, rounding, storage, layout, out, fused)
 
 
 def masked_silu_and_mul_per_token_group_quant(x, masked_m, **kwargs):
     """The masked form with the fused silu_and_mul: x [E, T_pad, 2H]."""
     return masked_per_token_group_quant(x, masked_m, fused=True, **kwargs)
+
+
+def _scatter_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, out):
+    q, s = _group_outputs(x, rows, x.shape[1], 0, group_size, dtype, rounding, storage, layout, out, zero=True)
+    lib.scatter_per_token_group_quant(x, src2dst, _bits(q), s, group_size, dtype, rounding, storage, layout)
+    return q, s
 
 
 def scatter_per_token_group_quant(x, src2dst, rows, group_size=128, dtype="e4m3", rounding="none", storage="f32",
@@ -108,33 +161,42 @@ def scatter_per_token_group_quant(x, src2dst, rows, group_size=128, dtype="e4m3"
     destination rows of q [rows, H] and s (layout of rows x H). Allocated outputs start zeroed
     (rows no token maps to are not written)."""
     _check_ndim(x, 2, "x", "[T, H]")
-    q, s = _group_outputs(x, rows, x.shape[1], 0, group_size, dtype, rounding, storage, layout, out, zero=True)
-    lib.scatter_per_token_group_quant(x, src2dst, _bits(q), s, group_size, dtype, rounding, storage, layout)
+    if _compiling():
+        if out is not None:  # rows no token maps to keep what out held
+            raise ValueError("out: not taken by scatter_per_token_group_quant under torch.compile (the op "
+                             "returns new, zeroed tensors)")
+        return torch.ops.fp8route.scatter_per_token_group_quant(x, src2dst, rows, group_size, dtype, rounding,
+                                                                storage, layout)
+    return _scatter_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, out)
+
+
+def _token_quant(x, dtype, rounding, out, fused):
+    if out is None:
+        out = (_empty(x, (x.shape[0], x.shape[1] // 2 if fused else x.shape[1]), _CODE_DTYPES[dtype]),
+               _empty(x, (x.shape[0],), "f32"))
+    q, s = out
+    lib.per_token_quant(x, _bits(q), s, rounding, fused)
     return q, s
 
 
 def per_token_quant(x, dtype="e4m3", rounding="none", out=None):
     """x [T, H] -> (q [T, H], s f32 [T]): one scale per row."""
     _check_ndim(x, 2, "x", "[T, H]")
-    q, s = out if out is not None else (_empty(x, x.shape, _CODE_DTYPES[dtype]), _empty(x, (x.shape[0],), "f32"))
-    lib.per_token_quant(x, _bits(q), s, rounding, False)
-    return q, s
+    if _compiling():
+        return _into(out, torch.ops.fp8route.per_token_quant(x, dtype, rounding, False))
+    return _token_quant(x, dtype, rounding, out, False)
 
 
 def silu_and_mul_per_token_quant(x, dtype="e4m3", rounding="none", out=None):
     """x [T, 2H] -> act = silu(x[:, :H]) * x[:, H:] in fp32 -> (q [T, H], s f32 [T]), one scale per row
     (the input of a down projection with per-token scales, in one kernel)."""
     _check_ndim(x, 2, "x", "[T, 2H]")
-    if out is None:
-        out = (_empty(x, (x.shape[0], x.shape[1] // 2), _CODE_DTYPES[dtype]), _empty(x, (x.shape[0],), "f32"))
-    q, s = out
-    lib.per_token_quant(x, _bits(q), s, rounding, True)
-    return q, s
+    if _compiling():
+        return _into(out, torch.ops.fp8route.per_token_quant(x, dtype, rounding, True))
+    return _token_quant(x, dtype, rounding, out, True)
 
 
-def per_tensor_quant(x, scale=None, dtype="e4m3", out=None):
-    """Static (scale given, f32 [1] on the device): q = encode(x / scale). Dynamic (scale=None): one
-    pass for the amax, then the codes; returns (q, scale f32 [1])."""
+def _tensor_quant(x, scale, dtype, out):
     q = out if out is not None else _empty(x, x.shape, _CODE_DTYPES[dtype])
     dynamic = scale is None
     if dynamic:
@@ -143,9 +205,19 @@ def per_tensor_quant(x, scale=None, dtype="e4m3", out=None):
     return q, scale
 
 
+def per_tensor_quant(x, scale=None, dtype="e4m3", out=None):
+    """Static (scale given, f32 [1] on the device): q = encode(x / scale). Dynamic (scale=None): one
+    pass for the amax, then the codes; returns (q, scale f32 [1])."""
+    if _compiling():
+        if scale is None:
+            q, scale = torch.ops.fp8route.per_tensor_quant(x, dtype)
+            return _into(out, q), scale
+        return _into(out, torch.ops.fp8route.per_tensor_quant_static(x, scale, dtype)), scale
+    return _tensor_quant(x, scale, dtype, out)
+
+
 def _norm_call(x, weight, eps, residual, residual_out, q, s, quant, group_size=128, dtype="e4m3", rounding="none",
                storage="f32", layout="row_major"):
-    _check_ndim(x, 2, "x", "[T, H]")
     if residual is not None and residual_out is None:
         residual_out = _empty(x, x.shape, _name_of(x))
     has = residual is not None
@@ -158,13 +230,42 @@ def _name_of(x):
     return {torch.bfloat16: "bf16", torch.float16: "f16"}.get(x.dtype, "bf16") if _is_torch(x) else "bf16"
 
 
+def _norm_result(r, out, residual_out, residual):
+    """A traced norm op's results (..., h) as the eager function returns them (h only with a
+    residual), copied into out and residual_out where given."""
+    *first, h = r
+    if out is not None:
+        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        for o, v in zip(outs, first):
+            o.copy_(v)
+        first = outs
+    if residual is None:
+        return tuple(first) if len(first) > 1 else first[0]
+    if residual_out is not None:
+        h = residual_out.copy_(h)
+    return (*first, h)
+
+
+def _rms_norm(x, weight, eps, residual, out, residual_out):
+    y = out if out is not None else _empty(x, x.shape, _name_of(x))
+    return y, _norm_call(x, weight, eps, residual, residual_out, y, x, "none")
+
+
 def rms_norm(x, weight, eps=1e-6, residual=None, out=None, residual_out=None):
     """y = rms_norm(h) * weight with h = x, or h = x + residual (rounded to x's dtype) when residual
     is given: x, residual [T, H] bf16/f16, weight [H]. Returns y, or (y, h) with a residual.
     out=x and residual_out=residual are allowed (in place, as engines' fused_add_rms_norm)."""
-    y = out if out is not None else _empty(x, x.shape, _name_of(x))
-    h = _norm_call(x, weight, eps, residual, residual_out, y, x, "none")
+    _check_ndim(x, 2, "x", "[T, H]")
+    if _compiling():
+        return _norm_result(torch.ops.fp8route.rms_norm(x, weight, eps, residual), out, residual_out, residual)
+    y, h = _rms_norm(x, weight, eps, residual, out, residual_out)
     return y if residual is None else (y, h)
+
+
+def _rms_norm_group_quant(x, weight, eps, residual, residual_out, group_size, dtype, rounding, storage, layout, out):
+    q, s = _group_outputs(x, x.shape[0], x.shape[1], 0, group_size, dtype, rounding, storage, layout, out)
+    h = _norm_call(x, weight, eps, residual, residual_out, q, s, "group", group_size, dtype, rounding, storage, layout)
+    return q, s, h
 
 
 def rms_norm_per_token_group_quant(x, weight, eps=1e-6, residual=None, residual_out=None, group_size=128,
@@ -172,27 +273,58 @@ def rms_norm_per_token_group_quant(x, weight, eps=1e-6, residual=None, residual_
     """rms_norm (as rms_norm()) fused with per_token_group_quant of its output: (q, s), or (q, s, h)
     with a residual. Codes and scales equal rms_norm() then per_token_group_quant(), bit for bit."""
     _check_ndim(x, 2, "x", "[T, H]")
-    q, s = _group_outputs(x, x.shape[0], x.shape[1], 0, group_size, dtype, rounding, storage, layout, out)
-    h = _norm_call(x, weight, eps, residual, residual_out, q, s, "group", group_size, dtype, rounding, storage, layout)
+    if _compiling():
+        r = torch.ops.fp8route.rms_norm_per_token_group_quant(x, weight, eps, residual, group_size, dtype, rounding,
+                                                              storage, layout)
+        return _norm_result(r, out, residual_out, residual)
+    q, s, h = _rms_norm_group_quant(x, weight, eps, residual, residual_out, group_size, dtype, rounding, storage,
+                                    layout, out)
     return (q, s) if residual is None else (q, s, h)
+
+
+def _rms_norm_token_quant(x, weight, eps, residual, residual_out, dtype, rounding, out):
+    q, s = out if out is not None else (_empty(x, x.shape, _CODE_DTYPES[dtype]), _empty(x, (x.shape[0],), "f32"))
+    h = _norm_call(x, weight, eps, residual, residual_out, q, s, "token", dtype=dtype, rounding=rounding)
+    return q, s, h
 
 
 def rms_norm_per_token_quant(x, weight, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", rounding="none",
                              out=None):
     """rms_norm fused with per_token_quant: (q [T, H], s f32 [T]), or (q, s, h) with a residual."""
     _check_ndim(x, 2, "x", "[T, H]")
-    q, s = out if out is not None else (_empty(x, x.shape, _CODE_DTYPES[dtype]), _empty(x, (x.shape[0],), "f32"))
-    h = _norm_call(x, weight, eps, residual, residual_out, q, s, "token", dtype=dtype, rounding=rounding)
+    if _compiling():
+        r = torch.ops.fp8route.rms_norm_per_token_quant(x, weight, eps, residual, dtype, rounding)
+        return _norm_result(r, out, residual_out, residual)
+    q, s, h = _rms_norm_token_quant(x, weight, eps, residual, residual_out, dtype, rounding, out)
     return (q, s) if residual is None else (q, s, h)
+
+
+def _rms_norm_tensor_quant(x, weight, scale, eps, residual, residual_out, dtype, out):
+    q = out if out is not None else _empty(x, x.shape, _CODE_DTYPES[dtype])
+    return q, _norm_call(x, weight, eps, residual, residual_out, q, scale, "tensor_static", dtype=dtype)
 
 
 def rms_norm_per_tensor_quant(x, weight, scale, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", out=None):
     """rms_norm fused with per-tensor quant by a static scale (f32 [1] on the device): q, or (q, h)
     with a residual. (A dynamic scale needs the whole tensor first: rms_norm() then per_tensor_quant().)"""
     _check_ndim(x, 2, "x", "[T, H]")
-    q = out if out is not None else _empty(x, x.shape, _CODE_DTYPES[dtype])
-    h = _norm_call(x, weight, eps, residual, residual_out, q, scale, "tensor_static", dtype=dtype)
+    if _compiling():
+        r = torch.ops.fp8route.rms_norm_per_tensor_quant(x, weight, scale, eps, residual, dtype)
+        return _norm_result(r, out, residual_out, residual)
+    q, h = _rms_norm_tensor_quant(x, weight, scale, eps, residual, residual_out, dtype, out)
     return q if residual is None else (q, h)
+
+
+def _decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale, window, q_norm,
+                      k_norm, eps, out):
+    if out is None:
+        d = qkv.shape[1] // (num_q_heads + 2 * num_kv_heads) if num_q_heads + 2 * num_kv_heads > 0 else 0
+        out = _empty(qkv, (qkv.shape[0], num_q_heads * d), _name_of(qkv))
+    has = q_norm is not None
+    lib.decode_attention(qkv, k_cache, v_cache, cos, sin, positions, has, q_norm if has else qkv,
+                         k_norm if has else qkv, float(eps), int(num_q_heads), int(num_kv_heads),
+                         0.0 if scale is None else float(scale), int(window), out)
+    return out
 
 
 def decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale=None, window=0,
@@ -207,16 +339,14 @@ def decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, nu
     if _is_torch(positions) and positions.dtype == torch.int64:
         positions = positions.to(torch.int32)
     _check_ndim(qkv, 2, "qkv", "[B, (Hq + 2 Hk) * D]")
-    if out is None:
-        d = qkv.shape[1] // (num_q_heads + 2 * num_kv_heads) if num_q_heads + 2 * num_kv_heads > 0 else 0
-        out = _empty(qkv, (qkv.shape[0], num_q_heads * d), _name_of(qkv))
-    has = q_norm is not None or k_norm is not None
-    if has and (q_norm is None or k_norm is None):
+    if (q_norm is None) != (k_norm is None):
         raise ValueError("q_norm, k_norm: give both or neither")
-    lib.decode_attention(qkv, k_cache, v_cache, cos, sin, positions, has, q_norm if has else qkv,
-                         k_norm if has else qkv, float(eps), int(num_q_heads), int(num_kv_heads),
-                         0.0 if scale is None else float(scale), int(window), out)
-    return out
+    if _compiling():
+        return _into(out, torch.ops.fp8route.decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads,
+                                                              num_kv_heads, 0.0 if scale is None else float(scale),
+                                                              window, q_norm, k_norm, eps))
+    return _decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale, window,
+                             q_norm, k_norm, eps, out)
 
 
 def _b_cols(a, b):
@@ -253,6 +383,12 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale=None, out
         bias, out_dtype = out_dtype, bias
     name = _out_name("bf16" if out_dtype is None else out_dtype)
     kind = "auto" if scale is None else scale
+    if _compiling():
+        return _into(out, torch.ops.fp8route.scaled_mm(a, b, scale_a, scale_b, bias, _TORCH_OUT[name], kind))
+    return _scaled_mm(a, b, scale_a, scale_b, bias, name, kind, out)
+
+
+def _scaled_mm(a, b, scale_a, scale_b, bias, name, kind, out):
     if out is None:
         out = _empty(a, (a.shape[0], _b_cols(a, b)), name)
     if bias is None:
@@ -282,7 +418,17 @@ def save_table(path, timings=()):
     """Writes the routing table in use, with `timings` (what Fp8Linear.probe returned) merged in, to
     path. load_table(path) (or FP8ROUTE_TABLE=path) in a later process routes the probed shapes by
     those timings, with no probe needed. ValueError names a bad timing or an unwritable path."""
-    lib.save_table(str(path), json.dumps(list(timings)))
+    lib.save_table(str(path), list(timings))
+
+
+def _m_grid(m_grid):
+    """A probe's m_grid as a list of ints (None: the default grid)."""
+    if m_grid is None:
+        return None
+    try:
+        return [int(m) for m in m_grid]
+    except (TypeError, ValueError):
+        raise ValueError(f"m_grid: integers expected, got {m_grid!r}") from None
 
 
 def probe(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", m_grid=None, top=5, always=False):
@@ -302,12 +448,11 @@ def probe(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", m_grid=No
             n, k = (int(v) for v in shape)
         except (TypeError, ValueError):
             raise ValueError(f"shapes: (N, K) pairs expected, got {shape!r}") from None
-        pairs.append(f"{n},{k}")
+        pairs.append([n, k])
     if isinstance(scales, str):
         scales = [scales]
-    grid = "" if m_grid is None else ",".join(str(int(m)) for m in m_grid)
-    return json.loads(str(lib.probe_shapes(";".join(pairs), ",".join(scales), _out_name(out_dtype), grid, int(top),
-                                           bool(always))))
+    grid = _m_grid(m_grid)
+    return plain(lib.probe_shapes(pairs, [str(s) for s in scales], _out_name(out_dtype), grid, int(top), bool(always)))
 
 
 def set_autoprobe(enabled, cache_dir=None, budget_s=None):
@@ -317,7 +462,7 @@ def set_autoprobe(enabled, cache_dir=None, budget_s=None):
     (cache_dir: a folder instead of FP8ROUTE_CACHE_DIR / ~/.cache/fp8route; "" keeps them in this
     process only), within budget_s seconds of probing per process. Turning it on makes scaled_mm
     decide its shapes again."""
-    lib.set_autoprobe(bool(enabled), cache_dir is not None, "" if cache_dir is None else str(cache_dir),
+    lib.set_autoprobe(bool(enabled), None if cache_dir is None else str(cache_dir),
                       -1.0 if budget_s is None else float(budget_s))
 
 
@@ -326,12 +471,12 @@ def autoprobe_info():
     records being what it did per shape, in order: {"scale", "out", "n", "k", "caller" (Fp8Linear's
     "LinearPlan" or "scaled_mm"), "outcome" (probed, cached, skipped, failed), "seconds" (probing
     time), "m", "timings", "file" (the cache file), "note" (why, when skipped or failed)}."""
-    return json.loads(str(lib.autoprobe_info()))
+    return plain(lib.autoprobe_info())
 
 
 def table_info():
     """The routing table in use: {"path", "entries", "stamp", "load_error"}."""
-    info = json.loads(str(lib.table_info()))
+    info = plain(lib.table_info())
     info["path"] = _loaded_table or info.pop("default_path")
     info.pop("default_path", None)
     return info

@@ -1,26 +1,33 @@
 // The Python package's native module: the public C++ API (include/fp8route) exported through
 // apache-tvm-ffi. Tensors arrive as DLPack views from any framework; work goes on the caller's
 // current CUDA stream (TVMFFIEnvGetStream, which tvm-ffi sets from torch's current stream).
-// Bindings only convert arguments and call the public API. Errors: fp8route's invalid_argument and
+// Bindings only convert arguments and call the public API. Lists arrive as tvm-ffi Arrays, results
+// with structure leave as Maps and Arrays of plain values, and a LinearPlan is a registered,
+// reference-counted object (fp8route.LinearPlan in Python). Errors: fp8route's invalid_argument and
 // io_error become ValueError, everything else RuntimeError, with the C++ message.
 
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/map.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
 #include <tvm/ffi/function.h>
+#include <tvm/ffi/object.h>
+#include <tvm/ffi/optional.h>
+#include <tvm/ffi/reflection/registry.h>
 #include <tvm/ffi/string.h>
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
-#include <mutex>
-#include <sstream>
-#include <stdexcept>
+#include <optional>
 #include <string>
-#include <unordered_map>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,12 +41,31 @@
 #include "fp8route/quant_layout.h"
 #include "fp8route/route.h"
 #include "fp8route/version.h"
-#include "route/stamp_json.h"
 
 namespace {
 
 using FfiTensor = tvm::ffi::TensorView;
+using tvm::ffi::Any;
+using tvm::ffi::Array;
+using tvm::ffi::Map;
+using tvm::ffi::Optional;
 using tvm::ffi::String;
+using Dict = Map<String, Any>;  // a Python dict of plain values
+
+// Text from files, paths and messages as valid UTF-8 (invalid bytes become U+FFFD): the Python side
+// decodes strings strictly, and what it shows must never be an error of its own.
+String utf8(const std::string& s) {
+  const std::string quoted = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return String(nlohmann::json::parse(quoted).get<std::string>());
+}
+
+String str(std::string_view v) { return String(std::string(v)); }
+Array<int64_t> ints(const int64_t* v, size_t n) {
+  Array<int64_t> a;
+  for (size_t i = 0; i < n; ++i) a.push_back(v[i]);
+  return a;
+}
+Array<int64_t> ints(const std::vector<int64_t>& v) { return ints(v.data(), v.size()); }
 
 // Runs f, turning fp8route errors into the Python exceptions the package documents.
 template <class F>
@@ -151,17 +177,15 @@ fp8route::GroupQuantSpec spec_of(int64_t group_size, const String& code, const S
 
 String version() { return String(FP8ROUTE_VERSION); }
 
-// The shapes of quantized codes and scales as JSON: {"q": [...], "s": [...], "s_dtype": "f32"|"i32"}.
-String quant_layout(int64_t group_size, String code, String rounding, String storage, String layout, int64_t tokens,
-                    int64_t hidden, int64_t experts) {
+// The shapes of quantized codes and scales: {"q": [...], "s": [...], "s_dtype": "f32" | "i32"}.
+Dict quant_layout(int64_t group_size, String code, String rounding, String storage, String layout, int64_t tokens,
+                  int64_t hidden, int64_t experts) {
   return guarded([&] {
     const fp8route::QuantLayout l =
         fp8route::quant_layout(spec_of(group_size, code, rounding, storage, layout), tokens, hidden, experts);
-    nlohmann::json j;
-    j["q"] = std::vector<int64_t>(l.code_shape, l.code_shape + l.code_ndim);
-    j["s"] = std::vector<int64_t>(l.scale_shape, l.scale_shape + l.scale_ndim);
-    j["s_dtype"] = std::string(fp8route::dtype_name(l.scale_dtype));
-    return String(j.dump());
+    return Dict{{"q", ints(l.code_shape, l.code_ndim)},
+                {"s", ints(l.scale_shape, l.scale_ndim)},
+                {"s_dtype", str(fp8route::dtype_name(l.scale_dtype))}};
   });
 }
 
@@ -336,29 +360,35 @@ void load_table(String path) {
   guarded([&] { fp8route::load_default_table(std::string(path)); });
 }
 
-// The table in use with `timings` (a JSON list of Fp8Linear.probe's dicts) merged
-// (Router::with_measurements), written to `path`.
-void save_table(String path, String timings) {
+// A timing record's field: the value, converted to T, or a ValueError naming the record.
+template <class T>
+T field(const Dict& t, const char* key, size_t i) {
+  const std::optional<Any> v = t.Get(key);
+  std::optional<T> x;
+  if (v) x = v->try_cast<T>();
+  FP8ROUTE_CHECK(x.has_value(), "timings[" << i << "]: expected m, n, k, scale, backend, config, us (and out): '"
+                                           << key << "' is " << (v ? "of another type" : "missing"));
+  return *x;
+}
+
+// The table in use with `timings` (Fp8Linear.probe's dicts) merged (Router::with_measurements),
+// written to `path`.
+void save_table(String path, Array<Any> timings) {
   guarded([&] {
-    nlohmann::json list;
-    try {
-      list = nlohmann::json::parse(std::string(timings));
-    } catch (const nlohmann::json::exception& e) {
-      FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument, "timings: not JSON: " << e.what());
-    }
-    FP8ROUTE_CHECK(list.is_array(), "timings: a list of dicts expected");
     std::vector<fp8route::MeasurementRecord> records;
-    for (size_t i = 0; i < list.size(); ++i) {
-      const nlohmann::json& t = list[i];
+    for (size_t i = 0; i < timings.size(); ++i) {
+      const std::optional<Dict> t = timings[i].try_cast<Dict>();
+      FP8ROUTE_CHECK(t.has_value(), "timings[" << i << "]: a dict expected");
       fp8route::MeasurementRecord r;
+      const std::string scale(field<String>(*t, "scale", i));
+      const std::string out = t->count("out") ? std::string(field<String>(*t, "out", i)) : "bf16";
+      r.n = field<int64_t>(*t, "n", i), r.k = field<int64_t>(*t, "k", i), r.m = field<int64_t>(*t, "m", i);
+      r.backend = std::string(field<String>(*t, "backend", i));
+      r.config = std::string(field<String>(*t, "config", i));
+      r.us = field<double>(*t, "us", i);
       try {
-        r = {fp8route::parse_scale_kind(t.at("scale").get<std::string>()),
-             fp8route::parse_dtype(t.value("out", std::string("bf16")), "out"),
-             t.at("n").get<int64_t>(), t.at("k").get<int64_t>(), t.at("m").get<int64_t>(),
-             t.at("backend").get<std::string>(), t.at("config").get<std::string>(), t.at("us").get<double>()};
-      } catch (const nlohmann::json::exception& e) {
-        FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument,
-                      "timings[" << i << "]: expected m, n, k, scale, backend, config, us (and out): " << e.what());
+        r.scale = fp8route::parse_scale_kind(scale);
+        r.out = fp8route::parse_dtype(out, "out");
       } catch (const fp8route::Error& e) {
         FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument, "timings[" << i << "]: " << e.what());
       }
@@ -374,199 +404,203 @@ void save_table(String path, String timings) {
   });
 }
 
-// {"path", "entries", "stamp": {...}, "load_error"} of the table scaled_mm routes by.
-String table_info() {
+// {"default_path", "entries", "stamp": {...}, "load_error"} of the table scaled_mm routes by.
+Dict table_info() {
   return guarded([&] {
     const auto r = fp8route::default_router();
-    nlohmann::json j = {{"default_path", fp8route::default_table_path()},
-                        {"entries", r->table().entries.size()},
-                        {"load_error", r->load_error()},
-                        {"stamp", r->table().stamp}};
-    // A path or message that is not UTF-8 is shown with replacement characters, never an error.
-    return String(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    const fp8route::TableStamp& st = r->table().stamp;
+    const Dict stamp{{"gpu", utf8(st.gpu)},           {"sm_count", int64_t(st.sm_count)},
+                     {"cuda", utf8(st.cuda)},         {"cublaslt", utf8(st.cublaslt)},
+                     {"fp8route", utf8(st.fp8route)}, {"date", utf8(st.date)}};
+    return Dict{{"default_path", utf8(fp8route::default_table_path())},
+                {"entries", int64_t(r->table().entries.size())},
+                {"load_error", utf8(r->load_error())},
+                {"stamp", stamp}};
   });
 }
 
-// LinearPlans live here, by handle; Python's Fp8Linear holds the handle and the tensors the plan
-// reads (weight, scales, bias), and frees the plan when it goes away.
-struct PlanEntry {
-  std::unique_ptr<fp8route::LinearPlan> plan;
-  int device;  // the GPU of the plan's weight
-};
-struct Plans {
-  std::mutex mu;
-  std::unordered_map<int64_t, PlanEntry> by_handle;
-  int64_t next = 1;
-};
-Plans& plans() {
-  static Plans p;
-  return p;
-}
-PlanEntry& entry(int64_t h) {
-  Plans& p = plans();
-  std::lock_guard<std::mutex> lock(p.mu);
-  const auto it = p.by_handle.find(h);
-  FP8ROUTE_CHECK(it != p.by_handle.end(), "plan: no LinearPlan with handle " << h << " (freed?)");
-  return it->second;
-}
-fp8route::LinearPlan& plan(int64_t h) { return *entry(h).plan; }
-int plan_device(int64_t h) { return entry(h).device; }
+// A LinearPlan as a tvm-ffi object: reference counted, so it lives while anything holds it (the
+// Python LinearPlan, an Fp8Linear) and the last release frees it on its GPU. It holds owning
+// references to the weight, its scale and the bias, whose device memory the plan reads on every
+// call: a plan that outlives its module still reads live memory.
+class LinearPlanObj : public tvm::ffi::Object {
+ public:
+  LinearPlanObj(tvm::ffi::Tensor w, tvm::ffi::Tensor w_scale, Optional<tvm::ffi::Tensor> b, String act_kind,
+                String out)
+      : weight(std::move(w)), weight_scale(std::move(w_scale)), bias(std::move(b)), act(std::move(act_kind)),
+        out_dtype(std::move(out)) {}
+  LinearPlanObj(const LinearPlanObj&) = delete;
+  LinearPlanObj& operator=(const LinearPlanObj&) = delete;
+  ~LinearPlanObj() {
+    if (!plan) return;  // creation failed: nothing on a GPU
+    try {
+      const DeviceGuard guard(static_cast<int>(device));  // its buffers are freed on their GPU
+      plan.reset();
+    } catch (...) {  // a destructor cannot report; the GPU is gone or unusable
+    }
+  }
 
-int64_t linear_plan_create(FfiTensor weight, FfiTensor weight_scale, String act, String out, bool has_bias,
-                           FfiTensor bias) {
+  tvm::ffi::Tensor weight, weight_scale;
+  Optional<tvm::ffi::Tensor> bias;
+  String act, out_dtype;
+  int64_t n = 0, k = 0, device = 0;  // the weight's [N, K] and GPU
+  std::unique_ptr<fp8route::LinearPlan> plan;
+
+  TVM_FFI_DECLARE_OBJECT_INFO_FINAL("fp8route.LinearPlan", LinearPlanObj, tvm::ffi::Object);
+};
+
+class LinearPlanRef : public tvm::ffi::ObjectRef {
+ public:
+  explicit LinearPlanRef(tvm::ffi::ObjectPtr<LinearPlanObj> p) : tvm::ffi::ObjectRef(std::move(p)) {}
+  TVM_FFI_DEFINE_OBJECT_REF_METHODS_NOTNULLABLE(LinearPlanRef, tvm::ffi::ObjectRef, LinearPlanObj);
+};
+
+LinearPlanRef linear_plan_create(tvm::ffi::Tensor weight, tvm::ffi::Tensor weight_scale, String act, String out,
+                                 Optional<tvm::ffi::Tensor> bias) {
   return guarded([&] {
     const DeviceGuard device(weight);  // the plan's copies of scales live on the weight's GPU
     const fp8route::TensorView w = view(weight, "weight");
-    auto p = std::make_unique<fp8route::LinearPlan>(
-        w, view(weight_scale, "weight_scale"), fp8route::parse_scale_kind(std::string(act)),
-        fp8route::parse_dtype(std::string(out), "out_dtype"), has_bias ? view(bias, "bias") : fp8route::TensorView{},
-        nullptr, stream_of(weight));
-    Plans& ps = plans();
-    std::lock_guard<std::mutex> lock(ps.mu);
-    const int64_t h = ps.next++;
-    ps.by_handle.emplace(h, PlanEntry{std::move(p), w.device.index});
-    return h;
+    const fp8route::ScaleKind kind = fp8route::parse_scale_kind(std::string(act));
+    const fp8route::DType out_dtype = fp8route::parse_dtype(std::string(out), "out_dtype");
+    fp8route::TensorView b;
+    if (bias) {
+      const tvm::ffi::Tensor t = *bias;
+      b = view(t, "bias");
+    }
+    auto obj = tvm::ffi::make_object<LinearPlanObj>(weight, weight_scale, bias, act, out);
+    obj->plan = std::make_unique<fp8route::LinearPlan>(w, view(weight_scale, "weight_scale"), kind, out_dtype, b,
+                                                       nullptr, stream_of(weight));
+    obj->n = obj->plan->layout().n, obj->k = obj->plan->layout().k, obj->device = w.device.index;
+    return LinearPlanRef(std::move(obj));
   });
 }
 
-void linear_plan_run(int64_t h, FfiTensor a, FfiTensor a_scale, FfiTensor out) {
+void linear_plan_run(const LinearPlanRef& p, FfiTensor a, FfiTensor a_scale, FfiTensor out) {
   guarded([&] {
     const DeviceGuard device(a);
-    plan(h).run(view(a, "a"), view(a_scale, "a_scale"), view(out, "out"), stream_of(a));
+    p->plan->run(view(a, "a"), view(a_scale, "a_scale"), view(out, "out"), stream_of(a));
   });
 }
 
-String linear_plan_route(int64_t h, int64_t m) {
+String linear_plan_route(const LinearPlanRef& p, int64_t m) {
   return guarded([&] {
     FP8ROUTE_CHECK(m >= 1, "m: must be >= 1, got " << m);
-    const DeviceGuard device(plan_device(h));  // backends answer for the plan's GPU
-    const fp8route::Route r = plan(h).route(m);
+    const DeviceGuard device(static_cast<int>(p->device));  // backends answer for the plan's GPU
+    const fp8route::Route r = p->plan->route(m);
     return String(r.backend + "/" + r.config);
   });
 }
 
-String linear_plan_explain(int64_t h, int64_t m) {
+String linear_plan_explain(const LinearPlanRef& p, int64_t m) {
   return guarded([&] {
     FP8ROUTE_CHECK(m >= 1, "m: must be >= 1, got " << m);
-    const DeviceGuard device(plan_device(h));
-    return String(plan(h).explain(m));
+    const DeviceGuard device(static_cast<int>(p->device));
+    return String(p->plan->explain(m));
   });
 }
 
-// ProbeOptions from the Python arguments; m_grid "1,16,96" ("" = ProbeOptions' default).
-fp8route::ProbeOptions probe_options(const std::string& m_grid, int64_t top, bool always) {
+// ProbeOptions from the Python arguments (m_grid None: ProbeOptions' default grid).
+fp8route::ProbeOptions probe_options(const Optional<Array<int64_t>>& m_grid, int64_t top, bool always) {
   fp8route::ProbeOptions opt;
-  if (!m_grid.empty()) {
+  if (m_grid) {
     opt.m_grid.clear();
-    std::stringstream ss{m_grid};
-    for (std::string item; std::getline(ss, item, ',');) {
-      try {
-        size_t used = 0;
-        opt.m_grid.push_back(std::stoll(item, &used));
-        FP8ROUTE_CHECK(used == item.size(), "m_grid: integers expected, got '" << item << "'");
-      } catch (const std::logic_error&) {
-        FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument, "m_grid: integers expected, got '" << item << "'");
-      }
-    }
+    for (size_t i = 0; i < m_grid->size(); ++i) opt.m_grid.push_back((*m_grid)[i]);
   }
   FP8ROUTE_CHECK(top >= 1, "top: at least 1, got " << top);
   opt.top = static_cast<size_t>(top), opt.always = always;
   return opt;
 }
 
-// Probe records as a JSON list of dicts (what save_table() reads back).
-String records_json(const std::vector<fp8route::MeasurementRecord>& records) {
-  nlohmann::json out = nlohmann::json::array();
+// Probe records as dicts (what save_table() reads back).
+Array<Dict> records_of(const std::vector<fp8route::MeasurementRecord>& records) {
+  Array<Dict> out;
   for (const fp8route::MeasurementRecord& r : records)
-    out.push_back({{"m", r.m}, {"n", r.n}, {"k", r.k}, {"scale", std::string(fp8route::name(r.scale))},
-                   {"out", std::string(fp8route::dtype_name(r.out))},
-                   {"backend", r.backend}, {"config", r.config}, {"us", r.us}});
-  return String(out.dump());
+    out.push_back(Dict{{"m", r.m}, {"n", r.n}, {"k", r.k}, {"scale", str(fp8route::name(r.scale))},
+                       {"out", str(fp8route::dtype_name(r.out))}, {"backend", String(r.backend)},
+                       {"config", String(r.config)}, {"us", r.us}});
+  return out;
 }
 
-// LinearPlan::probe. The records as a JSON list.
-String linear_plan_probe(int64_t h, String m_grid, int64_t top, bool always) {
+// LinearPlan::probe: the records.
+Array<Dict> linear_plan_probe(const LinearPlanRef& p, Optional<Array<int64_t>> m_grid, int64_t top, bool always) {
   return guarded([&] {
-    const fp8route::ProbeOptions opt = probe_options(std::string(m_grid), top, always);
-    const DeviceGuard device(plan_device(h));
-    return records_json(plan(h).probe(opt));
+    const fp8route::ProbeOptions opt = probe_options(m_grid, top, always);
+    const DeviceGuard device(static_cast<int>(p->device));
+    return records_of(p->plan->probe(opt));
   });
 }
 
-// fp8route.probe(): probe_shape of every (N, K) of `shapes` ("N,K;N,K") at every scale kind of
-// `scales` ("tensor,row") with the process-wide router, which then routes by the timings
-// (set_default_router: scaled_mm's cached routes are dropped). The records as a JSON list.
-String probe_shapes(String shapes, String scales, String out, String m_grid, int64_t top, bool always) {
+// fp8route.probe(): probe_shape of every (N, K) of `shapes` at every scale kind of `scales` with the
+// process-wide router, which then routes by the timings (set_default_router: scaled_mm's cached
+// routes are dropped). The records.
+Array<Dict> probe_shapes(Array<Array<int64_t>> shapes, Array<String> scales, String out,
+                         Optional<Array<int64_t>> m_grid, int64_t top, bool always) {
   return guarded([&] {
-    const fp8route::ProbeOptions opt = probe_options(std::string(m_grid), top, always);
+    const fp8route::ProbeOptions opt = probe_options(m_grid, top, always);
     const fp8route::DType out_dtype = fp8route::parse_dtype(std::string(out), "out_dtype");
     std::vector<fp8route::ScaleKind> kinds;
-    std::stringstream ks{std::string(scales)};
-    for (std::string item; std::getline(ks, item, ',');) kinds.push_back(fp8route::parse_scale_kind(item));
+    for (const String& s : scales) kinds.push_back(fp8route::parse_scale_kind(std::string(s)));
     FP8ROUTE_CHECK(!kinds.empty(), "scales: at least one of tensor, row, block");
     std::vector<std::pair<int64_t, int64_t>> nk;
-    std::stringstream ss{std::string(shapes)};
-    for (std::string item; std::getline(ss, item, ';');) {
-      long long n = 0, k = 0;
-      char extra = 0;
-      FP8ROUTE_CHECK(std::sscanf(item.c_str(), "%lld,%lld%c", &n, &k, &extra) == 2 && n >= 1 && k >= 1,
-                     "shapes: (N, K) pairs of integers >= 1 expected, got '" << item << "'");
-      nk.emplace_back(n, k);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Array<int64_t> shape = shapes[i];
+      FP8ROUTE_CHECK(shape.size() == 2 && shape[0] >= 1 && shape[1] >= 1,
+                     "shapes[" << i << "]: an (N, K) pair of integers >= 1 expected");
+      nk.emplace_back(shape[0], shape[1]);
     }
     FP8ROUTE_CHECK(!nk.empty(), "shapes: at least one (N, K)");
     const auto router = fp8route::default_router();
     const std::vector<fp8route::MeasurementRecord> all = fp8route::probe_shapes(*router, nk, kinds, out_dtype, opt);
-    if (!all.empty()) fp8route::set_default_router(std::make_shared<const fp8route::Router>(router->with_measurements(all)));
-    return records_json(all);
+    if (!all.empty())
+      fp8route::set_default_router(std::make_shared<const fp8route::Router>(router->with_measurements(all)));
+    return records_of(all);
   });
 }
 
 // Automatic probing (route.h): set_autoprobe_config with `enabled`, and the cache folder and budget
-// when given (has_dir; budget_s >= 0).
-void set_autoprobe(bool enabled, bool has_dir, String cache_dir, double budget_s) {
+// when given (cache_dir not None; budget_s >= 0).
+void set_autoprobe(bool enabled, Optional<String> cache_dir, double budget_s) {
   guarded([&] {
     fp8route::AutoProbeConfig c = fp8route::autoprobe_config();
     c.enabled = enabled;
-    if (has_dir) c.cache_dir = std::string(cache_dir);
+    if (cache_dir) c.cache_dir = std::string(*cache_dir);
     if (budget_s >= 0) c.budget_s = budget_s;
     fp8route::set_autoprobe_config(c);
   });
 }
 
 // {"enabled", "cache_dir", "budget_s", "m_grid", "records": [...]} (autoprobe_config, autoprobe_records).
-String autoprobe_info() {
+Dict autoprobe_info() {
   return guarded([&] {
     const fp8route::AutoProbeConfig c = fp8route::autoprobe_config();
-    nlohmann::json records = nlohmann::json::array();
+    Array<Dict> records;
     for (const fp8route::AutoProbeRecord& r : fp8route::autoprobe_records())
-      records.push_back({{"scale", std::string(fp8route::name(r.scale))}, {"out", std::string(fp8route::dtype_name(r.out))},
-                         {"n", r.n}, {"k", r.k}, {"caller", r.caller}, {"outcome", std::string(fp8route::name(r.outcome))},
-                         {"seconds", r.seconds}, {"m", r.m}, {"timings", r.timings}, {"file", r.file}, {"note", r.note}});
-    const nlohmann::json j = {{"enabled", c.enabled}, {"cache_dir", c.cache_dir}, {"budget_s", c.budget_s},
-                              {"m_grid", c.probe.m_grid}, {"records", records}};
-    return String(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  });
-}
-
-void linear_plan_free(int64_t h) {
-  Plans& p = plans();
-  std::unique_ptr<fp8route::LinearPlan> gone;
-  int device = -1;
-  {
-    std::lock_guard<std::mutex> lock(p.mu);
-    const auto it = p.by_handle.find(h);
-    if (it == p.by_handle.end()) return;
-    gone = std::move(it->second.plan);
-    device = it->second.device;
-    p.by_handle.erase(it);
-  }
-  guarded([&] {
-    const DeviceGuard guard(device);  // its buffers are freed on their GPU
-    gone.reset();
+      records.push_back(Dict{{"scale", str(fp8route::name(r.scale))}, {"out", str(fp8route::dtype_name(r.out))},
+                             {"n", r.n}, {"k", r.k}, {"caller", utf8(r.caller)},
+                             {"outcome", str(fp8route::name(r.outcome))}, {"seconds", r.seconds},
+                             {"m", ints(r.m)}, {"timings", int64_t(r.timings)}, {"file", utf8(r.file)},
+                             {"note", utf8(r.note)}});
+    return Dict{{"enabled", c.enabled}, {"cache_dir", utf8(c.cache_dir)}, {"budget_s", c.budget_s},
+                {"m_grid", ints(c.probe.m_grid)}, {"records", records}};
   });
 }
 
 }  // namespace
+
+// The plan's type, its read-only description and its methods (Python: fp8route.LinearPlan).
+TVM_FFI_STATIC_INIT_BLOCK() {
+  namespace refl = tvm::ffi::reflection;
+  refl::ObjectDef<LinearPlanObj>(refl::init(false))
+      .def_ro("n", &LinearPlanObj::n)
+      .def_ro("k", &LinearPlanObj::k)
+      .def_ro("device", &LinearPlanObj::device)
+      .def_ro("act", &LinearPlanObj::act)
+      .def_ro("out_dtype", &LinearPlanObj::out_dtype)
+      .def("run", linear_plan_run)
+      .def("route", linear_plan_route)
+      .def("explain", linear_plan_explain)
+      .def("probe", linear_plan_probe);
+}
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(version, version);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(quant_layout, quant_layout);
@@ -584,11 +618,6 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(load_table, load_table);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(table_info, table_info);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(save_table, save_table);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_create, linear_plan_create);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_run, linear_plan_run);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_route, linear_plan_route);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_explain, linear_plan_explain);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_probe, linear_plan_probe);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_free, linear_plan_free);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(probe_shapes, probe_shapes);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(set_autoprobe, set_autoprobe);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(autoprobe_info, autoprobe_info);

@@ -155,3 +155,19 @@ def test_integer_arguments_are_checked_at_full_width():
     # Sizes whose product passes 64 bits are refused too, not wrapped.
     with pytest.raises(ValueError, match="overflows"):
         fp8route.quant_layout(2**62, 1024)
+
+
+def test_linear_plan_object():
+    # fp8route.LinearPlan is the native module's registered object type: made by Fp8Linear (through
+    # linear_plan_create, which checks its tensors), never by calling the class, never copied.
+    import copy
+    from fp8route._native import lib
+    with pytest.raises(TypeError):
+        fp8route.LinearPlan()
+    with pytest.raises(TypeError, match="not copied"):
+        copy.deepcopy(fp8route.LinearPlan.__new__(fp8route.LinearPlan))
+    w, s = np.zeros((64, 128), np.uint8), np.ones(64, np.float32)
+    with pytest.raises(ValueError, match="weight: must be CUDA device memory"):
+        lib.linear_plan_create(w, s, "row", "bf16", None)
+    with pytest.raises(ValueError, match="unknown scale kind"):
+        lib.linear_plan_create(w, s, "col", "bf16", None)

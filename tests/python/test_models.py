@@ -523,7 +523,7 @@ def test_gpu_forward_quantized_equals_forward(act):
     assert torch.equal(layer.forward_quantized(q, s), y)
     assert torch.equal(torch.compile(layer.forward_quantized, fullgraph=True)(q, s), y)
     # test_schema compares inputs before and after with arithmetic torch lacks for float8 tensors.
-    torch.library.opcheck(torch.ops.fp8route.linear_quantized, (q, s, layer.weight, layer._plan, torch.bfloat16),
+    torch.library.opcheck(torch.ops.fp8route.linear_quantized, (q, s, layer.weight, layer.plan_key, torch.bfloat16),
                           test_utils=("test_faketensor", "test_autograd_registration"))
     with pytest.raises(ValueError, match="q: expected"):
         layer.forward_quantized(q[:, :512], s)
