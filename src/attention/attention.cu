@@ -10,6 +10,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "attention/kernel.cuh"
@@ -70,64 +71,55 @@ void check_cache(const TensorView& c, const char* name, const TensorView& qkv, i
   }
 }
 
-template <class T, int D, int G>
-void launch_g(const DecodeAttnParams& p, int64_t batch, int splits, cudaStream_t stream) {
-  auto kernel = kernels::decode_attention_kernel<T, D, G>;
-  constexpr int bytes = kernels::AttnSmem<D, G>::kBytes;
-  if (bytes > 48 * 1024) allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes, device_info(-1).index);
-  const LaunchShape shape{dim3(static_cast<unsigned>(splits), static_cast<unsigned>(p.hk * p.chunks),
-                               static_cast<unsigned>(batch)),
-                          dim3(kernels::kAttnThreads), static_cast<size_t>(bytes),
-                          dim3(static_cast<unsigned>(splits), 1, 1), true};
-  launch_kernel(kernel, shape, stream, p);
-}
+// One instantiation of the kernel: the function and its dynamic shared memory.
+struct AttnKernel {
+  void (*fn)(DecodeAttnParams);
+  int smem;
+};
 
 template <class T, int D>
-void launch_d(const DecodeAttnParams& p, int g, int64_t batch, int splits, cudaStream_t stream) {
+AttnKernel kernel_d(int g) {
   switch (g) {
-    case 1: return launch_g<T, D, 1>(p, batch, splits, stream);
-    case 2: return launch_g<T, D, 2>(p, batch, splits, stream);
-    default: return launch_g<T, D, 4>(p, batch, splits, stream);
+    case 1: return {kernels::decode_attention_kernel<T, D, 1>, kernels::AttnSmem<D, 1>::kBytes};
+    case 2: return {kernels::decode_attention_kernel<T, D, 2>, kernels::AttnSmem<D, 2>::kBytes};
+    default: return {kernels::decode_attention_kernel<T, D, 4>, kernels::AttnSmem<D, 4>::kBytes};
   }
 }
 
 template <class T>
-void launch_t(const DecodeAttnParams& p, int head_dim, int g, int64_t batch, int splits, cudaStream_t stream) {
+AttnKernel kernel_t(int head_dim, int g) {
   switch (head_dim) {
-    case 64: return launch_d<T, 64>(p, g, batch, splits, stream);
-    case 128: return launch_d<T, 128>(p, g, batch, splits, stream);
-    default: return launch_d<T, 256>(p, g, batch, splits, stream);
+    case 64: return kernel_d<T, 64>(g);
+    case 128: return kernel_d<T, 128>(g);
+    default: return kernel_d<T, 256>(g);
   }
 }
 
-// Clusters of `splits` blocks of the <T, D, G> kernel resident at once on this GPU (one wave);
-// splits == 1: blocks. Queried once per kernel, cluster size and device.
-template <class T, int D, int G>
-int wave_clusters(int splits, int device) {
+AttnKernel attention_kernel(DType dtype, int head_dim, int g) {
+  return dtype == DType::bf16 ? kernel_t<__nv_bfloat16>(head_dim, g) : kernel_t<__half>(head_dim, g);
+}
+
+void allow_smem(const AttnKernel& k, int device) {
+  if (k.smem > 48 * 1024) allow_dynamic_smem(reinterpret_cast<const void*>(k.fn), k.smem, device);
+}
+
+// Clusters of `splits` blocks of kernel k resident at once on this GPU (one wave); splits == 1:
+// blocks. Queried once per kernel, cluster size and device.
+int wave_clusters(const AttnKernel& k, int splits, int device) {
   static std::mutex mu;
-  static std::map<std::pair<int, int>, int> cache;
+  static std::map<std::tuple<const void*, int, int>, int> cache;
+  const auto fn = reinterpret_cast<const void*>(k.fn);
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find({splits, device}); it != cache.end()) return it->second;
-  auto kernel = reinterpret_cast<const void*>(kernels::decode_attention_kernel<T, D, G>);
-  constexpr int bytes = kernels::AttnSmem<D, G>::kBytes;
-  if (bytes > 48 * 1024) allow_dynamic_smem(kernel, bytes, device);
+  if (auto it = cache.find({fn, splits, device}); it != cache.end()) return it->second;
+  allow_smem(k, device);
   int n = 0;
   if (splits == 1) {
-    FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kernels::kAttnThreads, bytes));
+    FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k.fn, kernels::kAttnThreads, k.smem));
     n *= device_info(device).sm_count;
   } else {
-    n = resident_cluster_blocks(kernel, kernels::kAttnThreads, bytes, splits) / splits;
+    n = resident_cluster_blocks(fn, kernels::kAttnThreads, k.smem, splits) / splits;
   }
-  return cache.emplace(std::pair{splits, device}, n).first->second;
-}
-
-template <class T, int D>
-int wave_clusters_g(int g, int splits, int device) {
-  switch (g) {
-    case 1: return wave_clusters<T, D, 1>(splits, device);
-    case 2: return wave_clusters<T, D, 2>(splits, device);
-    default: return wave_clusters<T, D, 4>(splits, device);
-  }
+  return cache.emplace(std::tuple{fn, splits, device}, n).first->second;
 }
 
 // The launch shape: G query heads per block and the splits of each sequence's positions (one
@@ -142,14 +134,11 @@ int wave_clusters_g(int g, int splits, int device) {
 struct AttnLaunch {
   int g, splits;
 };
-template <class T>
-AttnLaunch choose_launch(int64_t batch, int hk, int group, int64_t span, int head_dim) {
+AttnLaunch choose_launch(DType dtype, int64_t batch, int hk, int group, int64_t span, int head_dim) {
   const DeviceInfo& dev = device_info(-1);
   const int sms = dev.sm_count;
   auto waves_ok = [&](int g, int splits, int64_t clusters) {
-    if (head_dim == 64) return clusters <= wave_clusters_g<T, 64>(g, splits, dev.index);
-    if (head_dim == 128) return clusters <= wave_clusters_g<T, 128>(g, splits, dev.index);
-    return clusters <= wave_clusters_g<T, 256>(g, splits, dev.index);
+    return clusters <= wave_clusters(attention_kernel(dtype, head_dim, g), splits, dev.index);
   };
   int g = 1;
   while (g < group && g < 4) g *= 2;
@@ -247,9 +236,7 @@ void decode_attention(const DecodeAttentionArgs& a, const TensorView& out, cudaS
 
   const int group = static_cast<int>(hq / hk);
   const int64_t span = a.window > 0 ? std::min<int64_t>(seq, a.window) : seq;
-  const AttnLaunch l = qkv.dtype == DType::bf16
-                           ? choose_launch<__nv_bfloat16>(batch, static_cast<int>(hk), group, span, static_cast<int>(head_dim))
-                           : choose_launch<__half>(batch, static_cast<int>(hk), group, span, static_cast<int>(head_dim));
+  const AttnLaunch l = choose_launch(qkv.dtype, batch, static_cast<int>(hk), group, span, static_cast<int>(head_dim));
   const int g = l.g;
   DecodeAttnParams p{};
   p.qkv = qkv.data;
@@ -277,8 +264,13 @@ void decode_attention(const DecodeAttentionArgs& a, const TensorView& out, cudaS
   FP8ROUTE_CHECK(hk * p.chunks <= 65535, "num_kv_heads: " << hk << " kv heads in " << p.chunks
                                                           << " chunks exceed the grid's 65535");
   const int splits = l.splits;
-  if (qkv.dtype == DType::bf16) launch_t<__nv_bfloat16>(p, static_cast<int>(head_dim), g, batch, splits, stream);
-  else launch_t<__half>(p, static_cast<int>(head_dim), g, batch, splits, stream);
+  const AttnKernel k = attention_kernel(qkv.dtype, static_cast<int>(head_dim), g);
+  allow_smem(k, device_info(-1).index);
+  const LaunchShape shape{dim3(static_cast<unsigned>(splits), static_cast<unsigned>(p.hk * p.chunks),
+                               static_cast<unsigned>(batch)),
+                          dim3(kernels::kAttnThreads), static_cast<size_t>(k.smem),
+                          dim3(static_cast<unsigned>(splits), 1, 1), true};
+  launch_kernel(k.fn, shape, stream, p);
 }
 
 }  // namespace fp8route
