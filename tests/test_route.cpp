@@ -67,8 +67,11 @@ std::map<Point, Times> points_of(const std::vector<MeasurementRecord>& records) 
 
 // supports() as the H200 answered it: a (backend, config) runs a problem iff it was measured on it.
 SupportsFn measured_on_h200() {
-  auto points = std::make_shared<std::map<Point, Times>>(points_of(h200_records()));
-  return [points](std::string_view backend, std::string_view config, const GemmProblem& p) -> std::string {
+  // Built once: tests make Routers per table entry with it (a new map of ~80k records each time took
+  // most of the suite's minute).
+  static const std::shared_ptr<const std::map<Point, Times>> all =
+      std::make_shared<const std::map<Point, Times>>(points_of(h200_records()));
+  return [points = all](std::string_view backend, std::string_view config, const GemmProblem& p) -> std::string {
     const auto it = points->find({p.scale, p.out, p.n, p.k, p.m});
     if (it != points->end() && it->second.count({std::string(backend), std::string(config)})) return "";
     return "not measured on the H200 for this problem";
