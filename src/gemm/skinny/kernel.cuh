@@ -19,7 +19,10 @@
 //
 // Latency matters at these sizes (a layer streams in 10-60 us): the first weight loads and the
 // epilogue's scale and bias loads are issued before the activations are staged, so the kernel's
-// first HBM round trip is shared by all three.
+// first HBM round trip is shared by all three. Launched with PDL (core/griddep.cuh): with static
+// weights the first weight loads are issued before griddepcontrol.wait, overlapping the previous
+// kernel's tail; everything the previous kernel may write (a, sa, the split workspace, out) is
+// touched after it.
 //
 // K permutation: a lane loads 16 contiguous bytes of weight rows g and g+8 and of token row g; the
 // mma's k order within those bytes is the same for both operands, so the dot products are exact
@@ -30,6 +33,8 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+
+#include "core/griddep.cuh"
 
 namespace fp8route::kernels {
 
@@ -50,6 +55,7 @@ struct SkinnyParams {
   int scale_kind;     // 0 tensor, 1 row, 2 block
   bool sa_vector, sb_vector;
   int sa_ld;  // block: align(M, 4)
+  bool prefetch_weight;  // b, sb and bias not written by the previous kernel: read before griddep_wait
 };
 
 inline constexpr int kSkinnyThreads = 256;
@@ -161,8 +167,10 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2) sm90_fp8_gemm_skinny(Skinny
     }
   };
   uint4 w[kStages][4];
+  if (!p.prefetch_weight) griddep_wait();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) load(w[s], s);
+  if (p.prefetch_weight) griddep_wait();
 
   // The outputs this block finishes: i = m * rows + r, from `first` in steps of `step` (with a
   // cluster, rank c takes i % splits == c). The first one's scales and bias are fetched now.
@@ -230,6 +238,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2) sm90_fp8_gemm_skinny(Skinny
   }
 
   // ---- sum the K groups in shared memory (fixed order), then finish or hand on the partials ----
+  griddep_launch_dependents();  // the weight stream is done: the next kernel may start its prologue
   __syncthreads();  // the activations are no longer read: the space holds the reduction
   float* red = reinterpret_cast<float*>(smem);
 #pragma unroll

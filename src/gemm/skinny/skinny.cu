@@ -127,12 +127,11 @@ void launch(const kernels::SkinnyParams& k, const Launch& l, int device, cudaStr
   if (l.cluster) {
     const auto kernel = &kernels::sm90_fp8_gemm_skinny<OutT, c.token_tiles, c.row_tiles, c.stages, true>;
     allow_smem(kernel, device);
-    launch_kernel(kernel, LaunchShape{grid, block, smem, dim3(1, l.splits, 1)}, stream, k);
+    launch_kernel(kernel, LaunchShape{grid, block, smem, dim3(1, l.splits, 1), /*pdl=*/true}, stream, k);
   } else {
     const auto kernel = &kernels::sm90_fp8_gemm_skinny<OutT, c.token_tiles, c.row_tiles, c.stages, false>;
     allow_smem(kernel, device);
-    kernel<<<grid, block, smem, stream>>>(k);
-    FP8ROUTE_CHECK_LAUNCH();
+    launch_kernel(kernel, LaunchShape{grid, block, smem, dim3(0, 0, 0), /*pdl=*/true}, stream, k);
   }
 }
 
@@ -173,6 +172,11 @@ class SkinnyBackend final : public GemmBackend {
   }
 
   void run(const GemmProblem& p, const GemmOperands& ops, int config, cudaStream_t stream) const override {
+    run_with(p, ops, config, RunOptions{}, stream);
+  }
+
+  void run_with(const GemmProblem& p, const GemmOperands& ops, int config, const RunOptions& opt,
+                cudaStream_t stream) const override {
     const DeviceInfo& dev = device_info();
     const Launch l = plan(p, kConfigs[config], dev);
     kernels::SkinnyParams k{};
@@ -185,6 +189,7 @@ class SkinnyBackend final : public GemmBackend {
     k.scale_kind = static_cast<int>(p.scale);
     k.sa_vector = p.sa_vector, k.sb_vector = p.sb_vector;
     k.sa_ld = static_cast<int>((p.m + 3) / 4 * 4);
+    k.prefetch_weight = opt.static_weight;
     if (l.splits > 1 && !l.cluster) {  // splits through global memory
       const std::string who = "skinny/" + configs()[config];
       k.partial = static_cast<float*>(partials_.get(dev.index, size_t(l.splits) * p.m * p.n * 4, stream, who));
