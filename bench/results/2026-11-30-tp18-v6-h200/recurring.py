@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Which problems does the current shipped table (routes/h200.json) route to a config that lost more than 3%
-to the best single backend on more than one H200, or is behind on average? bench/diag/recurring_misses.py
+to the best single backend on more than one H200, or is behind on average? recurring_misses.py (in this folder)
 over every TP 1/8 bench of the shipped table kept in bench/results (`fp8route bench --configs all
 --instances 4 --screen 25` at M = 1/2, 8, 16, 24, ..., 3072):
 
@@ -18,7 +18,7 @@ import os
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.dirname(HERE)
 _spec = importlib.util.spec_from_file_location("recurring_misses",
-                                              os.path.join(RESULTS, "..", "diag", "recurring_misses.py"))
+                                              os.path.join(HERE, "recurring_misses.py"))
 recurring_misses = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(recurring_misses)
 

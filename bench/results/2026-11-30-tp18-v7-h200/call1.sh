@@ -34,7 +34,7 @@ FP8ROUTE_WRITE_TABLE=1 build/gpu/tests/test_route --gtest_filter=Route.ShippedTa
 echo "rebuild rc=$?" >> $W/rebuild.txt
 mkdir -p $W/table && cp routes/h200.json routes/h200-measurements.json $W/table/ && md5sum routes/h200.json > $W/table_md5.txt
 M=1,2,8,16,24,48,96,192,384,768,1536,3072
-FP8ROUTE_BENCH_ARGS="--screen 25" TAG=tp8 bench/diag/routed_models.sh $W/tp8 8 $M $(( $(left 585) - 170 ))
-FP8ROUTE_BENCH_ARGS="--screen 25" TAG=tp1 bench/diag/routed_models.sh $W/tp1a 1 $M $(left 585) llama-3.1-8b minimax-h3-like deepseek-v3
+FP8ROUTE_BENCH_ARGS="--screen 25" TAG=tp8 bench/results/2026-11-30-routed-v2-h200/routed_models.sh $W/tp8 8 $M $(( $(left 585) - 170 ))
+FP8ROUTE_BENCH_ARGS="--screen 25" TAG=tp1 bench/results/2026-11-30-routed-v2-h200/routed_models.sh $W/tp1a 1 $M $(left 585) llama-3.1-8b minimax-h3-like deepseek-v3
 kill $smi; gzip $W/smi.csv; gzip $W/tune/*.raw.jsonl
 tar -C $OUT -czf $OUT/call1.tar.gz w && rm -rf $W

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """../2026-11-30-tp18-v6-h200/recurring.py's runs (chips B, E, F, G, K, L) and this folder's, through
-bench/diag/recurring_misses.py against the current shipped table (routes/h200.json):
+../2026-11-30-tp18-v6-h200/recurring_misses.py against the current shipped table (routes/h200.json):
 
   M   this folder, calls 1-2 (run 1: every model at TP 1 and 8, --recheck 16)
   M'  this folder, call 3 (run 2 on the same chip: every model at TP 8, four at TP 1). A second label

@@ -5,7 +5,7 @@
 // (and so the speed of a kernel launched with a cluster shape, as CUTLASS's 2x1x1 tiles and some
 // cuBLASLt algorithms are) can differ between two H200s. Printed to fingerprint the chip next to its
 // benchmarks.
-// Build: nvcc -std=c++17 -arch=sm_90a bench/diag/clusters.cu -o clusters
+// Build: nvcc -std=c++17 -arch=sm_90a bench/results/2026-11-30-routed-v5-h200/clusters.cu -o clusters
 #include <cuda_runtime.h>
 
 #include <cstdio>

@@ -4,7 +4,7 @@ every (N, K) the named models have at any TP degree of the catalog, as test_rout
 builds it, written as a tune raw file and turned into a table by `fp8route tune --build-only` (the
 library's own table builder). For benching a held-out model on the GPU:
 
-  bench/diag/held_out_table.py build/gpu/fp8route OUT.json deepseek-v3
+  bench/results/2026-11-30-probe-h200/held_out_table.py build/gpu/fp8route OUT.json deepseek-v3
   build/gpu/fp8route bench --model deepseek-v3 --tp 8 --table OUT.json [--probe unseen]
 """
 
@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 
 
 def held_out_shapes(catalog, models):

@@ -2,10 +2,10 @@
 # fp8route bench --configs all --instances 4, one model at a time (a JSON per model, so a call cut
 # by the GPU machine's time limit keeps every model it finished), at one TP degree and M list, with
 # a deadline in seconds for the whole loop. Staged fp8route in build/gpu.
-#   bench/diag/routed_models.sh OUT_DIR TP M_LIST DEADLINE_S [MODEL...]
+#   bench/results/2026-11-30-routed-v2-h200/routed_models.sh OUT_DIR TP M_LIST DEADLINE_S [MODEL...]
 # FP8ROUTE_BENCH_ARGS adds arguments (e.g. "--screen 25"); TAG names the JSON files (default tpTP).
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 out="$1"; tp="$2"; m="$3"; deadline=$(( $(date +%s) + $4 )); shift 4
 mkdir -p "$out/json"
 export FP8ROUTE_SOURCE_DIR="$root"

@@ -3,9 +3,9 @@
 # one call on the GPU machine, for the two model/TP pairs with the most "routed > 3% slower" misses
 # (llama-3.1-405b TP 8, llama-3.1-8b TP 1): does averaging over graph instances (stream-K graphs
 # land at one of a few speeds per instance) remove the misses? Staged fp8route in build/gpu.
-#   bench/diag/routed_instances.sh OUT_DIR
+#   bench/results/2026-11-30-routed-h200/routed_instances.sh OUT_DIR
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 out="$1"; mkdir -p "$out/json"
 export FP8ROUTE_SOURCE_DIR="$root"
 m=1,4,16,32,64,128,256,512,1024,4096

@@ -3,15 +3,15 @@
 # (held_out_table.py), then fp8route bench --configs all --instances 4 --screen 25 of the model
 # routed by that table alone (--probe off) and with the load-time probe (--probe unseen), each in
 # its own run. Staged fp8route in build/gpu; a deadline in seconds for the whole loop.
-#   bench/diag/held_out_bench.sh OUT_DIR TP M_LIST DEADLINE_S MODEL...
+#   bench/results/2026-11-30-probe-h200/held_out_bench.sh OUT_DIR TP M_LIST DEADLINE_S MODEL...
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 out="$1"; tp="$2"; m="$3"; deadline=$(( $(date +%s) + $4 )); shift 4
 mkdir -p "$out/json" "$out/tables"
 export FP8ROUTE_SOURCE_DIR="$root"
 tool="$root/build/gpu/fp8route"
 for model in "$@"; do
-  python3 "$root/bench/diag/held_out_table.py" "$tool" "$out/tables/$model.json" "$model" >> "$out/bench.txt" 2>&1
+  python3 "$root/bench/results/2026-11-30-probe-h200/held_out_table.py" "$tool" "$out/tables/$model.json" "$model" >> "$out/bench.txt" 2>&1
   rm -f "$out/tables/$model.raw.jsonl"
   for probe in off unseen; do
     left=$(( deadline - $(date +%s) ))

@@ -6,7 +6,7 @@
 //
 // Build (after scripts/build.sh), from build/release:
 //   g++ -O2 -std=gnu++20 -I../../src -I../../include -Igenerated -isystem /usr/local/cuda/include \
-//       ../../bench/diag/graph_instances.cpp -o graph_instances libfp8route.a \
+//       ../../bench/results/2026-11-30-routed-h200/graph_instances.cpp -o graph_instances libfp8route.a \
 //       /usr/local/cuda/lib/libcublasLt.so /usr/local/cuda/lib/libcudart_static.a -ldl -lrt -lpthread \
 //       -Wl,-rpath,/usr/local/cuda/lib
 // Run on the GPU machine with FP8ROUTE_SOURCE_DIR set (the router reads routes/h200.json).

@@ -9,7 +9,7 @@
 //
 // Build (after scripts/build.sh), from build/release:
 //   g++ -O2 -std=gnu++20 -I../../src -I../../include -Igenerated -isystem /usr/local/cuda/include \
-//       ../../bench/diag/streamk_contexts.cpp -o streamk_contexts libfp8route.a \
+//       ../../bench/results/2026-11-30-recheck-h200/streamk_contexts.cpp -o streamk_contexts libfp8route.a \
 //       /usr/local/cuda/lib/libcublasLt.so /usr/local/cuda/lib/libcudart_static.a -ldl -lrt -lpthread \
 //       -Wl,-rpath,/usr/local/cuda/lib
 #include <cstdio>

@@ -4,9 +4,9 @@
 # T = 1..256, then
 # torch.compile of the same ops on the T list given. Staged binaries in build/gpu
 # (scripts/stage_gpu.sh). The generated Triton kernels are kept in triton_kernels.tar.gz.
-#   bench/diag/quant_decode_vec.sh OUT_DIR [torch T list] [torch timeout s]
+#   bench/results/2026-11-30-quant-v4-h200/quant_decode_vec.sh OUT_DIR [torch T list] [torch timeout s]
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 out="$1"; torch_t="${2:-}"; torch_timeout="${3:-300}"
 mkdir -p "$out/json"
 b="$root/build/gpu/quant_bench"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # fp8route bench --configs all --instances 4 over every model at TP 8 and TP 1, M = 1, 4, 16 (the
 # decode problems retune_decode.sh re-tuned), in one call on the GPU machine. Staged fp8route.
-#   bench/diag/routed_decode_all.sh OUT_DIR
+#   bench/results/2026-11-30-routed-h200/routed_decode_all.sh OUT_DIR
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 out="$1"; mkdir -p "$out/json"
 export FP8ROUTE_SOURCE_DIR="$root"
 for tp in 8 1; do

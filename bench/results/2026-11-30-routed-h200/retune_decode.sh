@@ -5,9 +5,9 @@
 # (docs/routing.md, "The shipped table"), then bench two models against every config alone, 4 graph
 # instances per candidate.
 # Staged: build/gpu/fp8route (scripts/stage_gpu.sh).
-#   bench/diag/retune_decode.sh OUT_DIR
+#   bench/results/2026-11-30-routed-h200/retune_decode.sh OUT_DIR
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 out="$1"; mkdir -p "$out/json"
 export FP8ROUTE_SOURCE_DIR="$root"
 raw=/tmp/tune_decode.raw.jsonl
