@@ -154,7 +154,7 @@ def overhead(args):
                             lambda: fops._token_quant(x, "e4m3", "none", None, False),
                             lambda: fp8route.per_token_quant(x),
                             lambda: torch.ops.fp8route.per_token_quant(x, "e4m3", "none", False)),
-        "scaled_mm": (lambda: lib.scaled_mm(qb, wq, s, ws, y, "row"),
+        "scaled_mm": (lambda: lib.scaled_mm(qb, wq, s, ws, y, "row", "fast"),
                       lambda: fops._scaled_mm(q, wb, s, ws, None, "bf16", "row", None),
                       lambda: fp8route.scaled_mm(q, wb, s, ws, scale="row"),
                       lambda: torch.ops.fp8route.scaled_mm(q, wb, s, ws, None, torch.bfloat16, "row")),

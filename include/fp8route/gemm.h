@@ -25,8 +25,8 @@
 //   transpose view (what M-major group quantization with TMA-aligned scales returns), are read in
 //   place, as is any view of that same memory (one K block with M % 4 == 0); other strides (the
 //   K-major [M, ceil(K/128)] tensor of row-major group quantization, or an M-major buffer with
-//   another row stride) are gathered by scaled_mm() into a workspace of the stream (one small
-//   kernel, graph-capturable; LinearPlan::run refuses them). A contiguous
+//   another row stride) are gathered by scaled_mm() and LinearPlan::run into a workspace of the
+//   stream (one small kernel, graph-capturable). A contiguous
 //   tensor whose shape is both forms (M == ceil(K/128), M % 4 == 0) is the physical form.
 //
 // Every function checks its arguments before anything is enqueued and throws Error naming the
@@ -46,6 +46,21 @@
 
 namespace fp8route {
 
+// How a config sums the K products (docs/numerics.md, Accumulation class):
+// - precise: the tensor core sums at most 128 of K before the partial sum is added into an fp32
+//   total (CUTLASS configs without _fastacc, cuBLASLt with block scales, skinny, decode; the
+//   reference kernel is fp32 throughout): what torch._scaled_mm computes by default
+//   (use_fast_accum=False).
+// - fast: the FP8 tensor core's own accumulator carried over all of K, which keeps fewer bits than
+//   fp32 (CUTLASS _fastacc configs, cuBLASLt with tensor and row scales): faster, and what vLLM
+//   and SGLang run (use_fast_accum=True).
+// A call asks for one: fast (the default) lets every config run it, since a precise config is at
+// least as accurate; precise routes among precise configs only.
+enum class Accum : uint8_t { fast, precise };
+std::string_view name(Accum a);  // "fast", "precise"
+// "fast" or "precise"; anything else throws Error(invalid_argument) naming `accum`.
+Accum parse_accum(std::string_view s);
+
 // The one description of a GEMM: routing key, benchmark row, log line and error context.
 struct GemmProblem {
   int64_t m = 0, n = 0, k = 0;
@@ -64,11 +79,14 @@ struct GemmProblem {
   // instead of ceil(K/128)): the form cuBLASLt reads. Only set when ceil(K/128) % 4 != 0 (otherwise
   // the two forms are the same); LinearPlan prepares it, the other backends need the unpadded form.
   bool sb_padded = false;
+  // The accumulation the caller asked for (Accum): precise rules out configs of the fast class.
+  Accum accum = Accum::fast;
 
   bool operator==(const GemmProblem&) const = default;
 };
 
-// "row bf16 m=64 n=4096 k=14336 sa=vec sb=vec bias" (align is printed only when below 16).
+// "row bf16 m=64 n=4096 k=14336 sa=vec sb=vec bias" (align is printed only when below 16, accum
+// only when precise).
 std::string to_string(const GemmProblem& p);
 
 // A problem from its shape alone: vectors where the kind has them (row: per-token and per-channel,
@@ -84,6 +102,7 @@ struct ScaledMmArgs {
   TensorView bias;     // optional (data == nullptr: none): [N], dtype of out
   TensorView out;      // bf16 or f16 [M, N]
   ScaleKind scale = ScaleKind::tensor;
+  Accum accum = Accum::fast;  // precise: only configs of the precise class run it (Accum)
 };
 
 // Checks every argument (throws Error(invalid_argument) naming it) and describes the problem.
@@ -115,7 +134,8 @@ void scaled_mm(const ScaledMmArgs& args, std::string_view backend, std::string_v
 std::vector<std::string> gemm_backends();
 // The configs a backend instantiates (each a name such as "128x128x128_1x2x1_pingpong").
 std::vector<std::string> gemm_configs(std::string_view backend);
-// Why `backend`/`config` cannot run `p` on device 0, or "" when it can.
+// Why `backend`/`config` cannot run `p` on device 0, or "" when it can (p.accum precise: a config
+// of the fast class cannot).
 std::string gemm_supports(std::string_view backend, std::string_view config, const GemmProblem& p);
 // What `backend`/`config` runs for `p` on device 0, when the config's name does not say it all:
 // for cuBLASLt's "heuristicN", the N-th ranked algorithm for packed operands, by its attributes
@@ -124,6 +144,9 @@ std::string gemm_supports(std::string_view backend, std::string_view config, con
 // kernel by one rank. "" for the other backends, without an SM 9.0 GPU, and when the config cannot
 // run `p`.
 std::string gemm_describe(std::string_view backend, std::string_view config, const GemmProblem& p);
+
+// The accumulation class of `backend`/`config` on problem p (cuBLASLt's depends on the scale kind).
+Accum gemm_accum(std::string_view backend, std::string_view config, const GemmProblem& p);
 
 struct GemmChoice {
   std::string backend, config;

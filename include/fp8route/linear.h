@@ -1,8 +1,8 @@
 #pragma once
 // LinearPlan (docs/design.md, LinearPlan): one per FP8 linear layer, made once at load time from the
 // weight, its scales and how the activations will be scaled. It decides which backends can ever
-// run the layer, prepares the scale forms those backends need (so no call broadcasts or pads
-// anything), and keeps the routing table's slice for its (N, K). A call only looks M up.
+// run the layer, prepares the scale forms those backends need (so no call broadcasts or pads a
+// weight scale), and keeps the routing table's slice for its (N, K). A call only looks M up.
 //
 // | act scale | weight_scale                          | GEMM run                  | prepared at load           |
 // | tensor    | one element                           | tensor                    | -                          |
@@ -43,6 +43,9 @@ struct LinearLayout {
   bool pad_weight_scale = false;     // block: a padded copy is made for cuBLASLt
   std::vector<std::string> backends; // those that can run the layer for some M
   std::string excluded;              // "backend: reason; ..." for the others
+  // The accumulation class the layer's calls ask for (Accum in gemm.h); the backends above are
+  // those that can run the layer in some class, and routing keeps each M to this one.
+  Accum accum = Accum::fast;
 
   // The problem a call with m rows and alignment `align` runs on `backend` (scale form included).
   GemmProblem problem(int64_t m, int align, const std::string& backend) const;
@@ -65,20 +68,26 @@ class LinearPlan {
   // dtype. They stay owned by the caller and must outlive the plan. router: default_router() when
   // null; then a shape the table has no exact entry for is routed by this GPU's timings of it, from
   // the probe cache or probed here once (automatic probing, route.h; autoprobe_config() turns it
-  // off). Load-time work (a copy of a scale) is done on `stream` and waited for; a probe times on a
-  // stream of its own. Throws Error(invalid_argument) naming the argument when something does not fit.
+  // off). accum: the class every call asks for (Accum in gemm.h): precise routes each M among
+  // precise-class configs only, fast (the default) among all. Load-time work (a copy of a scale)
+  // is done on `stream` and waited for (a layer that needs none touches no device memory); a probe
+  // times on a stream of its own. Throws Error(invalid_argument) naming the argument when something
+  // does not fit.
   LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act, DType out,
              TensorView bias = {}, std::shared_ptr<const Router> router = nullptr,
-             cudaStream_t stream = nullptr);
+             cudaStream_t stream = nullptr, Accum accum = Accum::fast);
 
   // out[M, N] = a[M, K] @ weight^T, scaled (+ bias). a: e4m3 [M, K]; a_scale f32: tensor: one
-  // element; row: [M] (or one element); block: [ceil(K/128), align(M, 4)] M-major (what
-  // col_major_tma group quant writes). out: out dtype [M, N]. Enqueued on `stream`; graph-capturable
-  // after the first call of a given M on the stream (see scaled_mm).
+  // element; row: [M] (or one element); block: every form scaled_mm takes (gemm.h): the physical
+  // [ceil(K/128), align(M, 4)] M-major buffer (what col_major_tma group quant writes), its
+  // [M, ceil(K/128)] transpose view, read in place, or any other [M, ceil(K/128)] view (K-major,
+  // M-major with another row stride), gathered on `stream` into scratch of the stream or the graph
+  // being captured, as scaled_mm does. out: out dtype [M, N]. Enqueued on `stream`;
+  // graph-capturable after the first call of a given M on the stream (see scaled_mm).
   void run(TensorView a, TensorView a_scale, TensorView out, cudaStream_t stream) const;
 
-  // Times the layer's routing candidates on this GPU (probe_shape in route.h, with the scale form
-  // each backend will be given) and routes by those times from then on: at the M of opt.m_grid
+  // Times the layer's routing candidates of its accumulation class on this GPU (probe_shape in
+  // route.h, with the scale form each backend will be given) and routes by those times from then on: at the M of opt.m_grid
   // where the table has no exact entry serving (a shape it lacks; an M beyond its entry's largest),
   // or at every M with opt.always. Load-time work, like the constructor: call it before run() and
   // before capturing a graph, never concurrently with run() or route(). Returns what it measured

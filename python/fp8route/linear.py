@@ -11,11 +11,15 @@ _ACTS = ("row", "tensor", "block")
 class Fp8Linear(torch.nn.Module):
     """y = x @ W^T (+ bias) with W in FP8 E4M3.
 
-    Fp8Linear(weight, weight_scale, act="row", out_dtype=torch.bfloat16, bias=None):
+    Fp8Linear(weight, weight_scale, act="row", out_dtype=torch.bfloat16, bias=None, accum=None,
+              use_fast_accum=None):
       weight float8_e4m3fn [N, K] on a CUDA device; weight_scale f32: one element (per-tensor
       checkpoint), [N] (per channel), or [ceil(N/128), ceil(K/128)] (128x128 blocks, act="block").
       act: how activations are quantized per call: "row" (per token), "tensor" (dynamic per
       tensor), "block" (1x128 groups; K % 128 == 0).
+      accum: "fast" (None, the default: every backend config may run the layer) or "precise" (only
+      configs that sum each 128 of K in fp32); use_fast_accum=True/False is torch._scaled_mm's
+      spelling of the same choice (both given must agree).
     Fp8Linear.from_float(weight, act=..., ...): quantizes a bf16/fp16/f32 weight itself (per channel,
       or 128x128 blocks for act="block").
     forward(x) quantizes x itself; forward_quantized(q, s) takes codes and scales a fused producer
@@ -28,10 +32,12 @@ class Fp8Linear(torch.nn.Module):
     ops name it by `plan_key`, an integer no other plan of the process gets (torch_ops.py says why).
     """
 
-    def __init__(self, weight, weight_scale, act="row", out_dtype=torch.bfloat16, bias=None):
+    def __init__(self, weight, weight_scale, act="row", out_dtype=torch.bfloat16, bias=None, accum=None,
+                 use_fast_accum=None):
         super().__init__()
         if act not in _ACTS:
             raise ValueError(f"act: one of {_ACTS}, got {act!r}")
+        self.accum = ops._accum(accum, use_fast_accum)
         if weight.dtype != torch.float8_e4m3fn:
             raise ValueError(f"weight: float8_e4m3fn [N, K] expected, got {weight.dtype} (use Fp8Linear.from_float)")
         self.act = act
@@ -40,11 +46,12 @@ class Fp8Linear(torch.nn.Module):
         self.register_buffer("weight_scale", weight_scale.to(torch.float32).contiguous())
         self.register_buffer("bias", bias)
         self._ptr = weight.data_ptr()
-        self.plan = lib.linear_plan_create(ops._bits(weight), self.weight_scale, act, ops._out_name(out_dtype), bias)
+        self.plan = lib.linear_plan_create(ops._bits(weight), self.weight_scale, act, ops._out_name(out_dtype), bias,
+                                           self.accum)
         self.plan_key = torch_ops.plan_key(self.plan)
 
     @classmethod
-    def from_float(cls, weight, act="row", out_dtype=torch.bfloat16, bias=None):
+    def from_float(cls, weight, act="row", out_dtype=torch.bfloat16, bias=None, accum=None, use_fast_accum=None):
         w = weight.detach()
         if act == "block":
             n, k = w.shape
@@ -54,9 +61,9 @@ class Fp8Linear(torch.nn.Module):
             blocks = padded.view(nb, 128, kb, 128)
             scale = (blocks.abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-12)
             q = (blocks / scale[:, None, :, None]).clamp(-448, 448).view(nb * 128, kb * 128)[:n, :k]
-            return cls(q.to(torch.float8_e4m3fn).contiguous(), scale, act, out_dtype, bias)
+            return cls(q.to(torch.float8_e4m3fn).contiguous(), scale, act, out_dtype, bias, accum, use_fast_accum)
         q, s = ops.per_token_quant(w.contiguous())  # one scale per output channel
-        return cls(q, s, act, out_dtype, bias)
+        return cls(q, s, act, out_dtype, bias, accum, use_fast_accum)
 
     def forward(self, x):
         if ops._compiling():  # traced: the op, which a graph holds (eager: no dispatcher)
@@ -67,9 +74,11 @@ class Fp8Linear(torch.nn.Module):
         """The GEMM on activations quantized already, for a producer that fuses the quantization
         (fp8route.rms_norm_per_token_quant, silu_and_mul_per_token_group_quant, ...): q e4m3 [M, K],
         s f32 as `act` needs it: [M] per token (act="row"); one element (act="tensor", a dynamic
-        or static per-tensor scale); [ceil(K/128), align(M, 4)] 1x128 group scales in the
-        col_major_tma layout (act="block"). Returns [M, N] in out_dtype; the C++ plan checks
-        the scale's shape against the act kind (a ValueError naming the scale)."""
+        or static per-tensor scale); 1x128 group scales (act="block") in every form scaled_mm takes:
+        [ceil(K/128), align(M, 4)] (the col_major_tma layout) or its transpose view, read in place,
+        or any other [M, ceil(K/128)] view (the row_major layout), gathered on the stream. Returns
+        [M, N] in out_dtype; the C++ plan checks the scale's shape against the act kind (a
+        ValueError naming the scale)."""
         if q.dim() != 2 or q.shape[1] != self.weight.shape[1]:
             raise ValueError(f"q: expected [M, {self.weight.shape[1]}], got {tuple(q.shape)}")
         if ops._compiling():
@@ -101,4 +110,4 @@ class Fp8Linear(torch.nn.Module):
 
     def extra_repr(self):
         return f"in_features={self.weight.shape[1]}, out_features={self.weight.shape[0]}, act={self.act}, " \
-               f"out_dtype={self.out_dtype}"
+               f"out_dtype={self.out_dtype}, accum={self.accum}"

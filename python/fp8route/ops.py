@@ -367,7 +367,27 @@ def _is_dtype(x):
     return isinstance(x, str) or (torch is not None and isinstance(x, torch.dtype))
 
 
-def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale=None, out=None):
+_ACCUMS = ("fast", "precise")
+
+
+def _accum(accum, use_fast_accum):
+    """The accumulation class of a call: accum "fast" or "precise", or torch._scaled_mm's spelling
+    use_fast_accum (True: fast, False: precise); both None: "fast". Both given must agree."""
+    if accum is not None and accum not in _ACCUMS:
+        raise ValueError(f"accum: \"fast\" or \"precise\", got {accum!r}")
+    if use_fast_accum is not None:
+        if not isinstance(use_fast_accum, bool):
+            raise ValueError(f"use_fast_accum: True or False, got {use_fast_accum!r}")
+        implied = "fast" if use_fast_accum else "precise"
+        if accum is not None and accum != implied:
+            raise ValueError(f"accum, use_fast_accum: accum={accum!r} and use_fast_accum={use_fast_accum} disagree "
+                             f"(use_fast_accum={use_fast_accum} means accum={implied!r}); give one")
+        return implied
+    return accum or "fast"
+
+
+def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale=None, out=None, accum=None,
+              use_fast_accum=None):
     """y[M, N] = (a @ b^T) * scale_a * scale_b (+ bias): a e4m3 [M, K]; b e4m3 [N, K] (the nn.Linear
     weight layout) or its [K, N] transpose view (weight.t(), what torch._scaled_mm takes). Arguments
     in torch._scaled_mm's order; out_dtype "bf16", "f16", torch.bfloat16 or torch.float16 (None:
@@ -376,32 +396,36 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale=None, out
     [M, ceil(K/128)] view, scale_b [ceil(N/128), ceil(K/128)] or its transpose view); None infers it
     from the shapes (infer_scale_kind in gemm.h). The former order (a, b, scale_a, scale_b, out_dtype,
     bias) still works: a dtype in bias's place is read as out_dtype. Routed to the backend measured
-    fastest (explain() says which)."""
+    fastest (explain() says which). accum: "fast" (None, the default: every backend config may run
+    it) or "precise" (only configs that sum each 128 of K in fp32: torch._scaled_mm's default
+    arithmetic); use_fast_accum=True/False is torch._scaled_mm's spelling of the same choice."""
     if _is_dtype(bias):
         if _is_dtype(out_dtype):
             raise ValueError(f"bias: a tensor or None, got {bias!r} (and out_dtype={out_dtype!r})")
         bias, out_dtype = out_dtype, bias
     name = _out_name("bf16" if out_dtype is None else out_dtype)
     kind = "auto" if scale is None else scale
+    acc = _accum(accum, use_fast_accum)
     if _compiling():
-        return _into(out, torch.ops.fp8route.scaled_mm(a, b, scale_a, scale_b, bias, _TORCH_OUT[name], kind))
-    return _scaled_mm(a, b, scale_a, scale_b, bias, name, kind, out)
+        return _into(out, torch.ops.fp8route.scaled_mm(a, b, scale_a, scale_b, bias, _TORCH_OUT[name], kind, acc))
+    return _scaled_mm(a, b, scale_a, scale_b, bias, name, kind, out, acc)
 
 
-def _scaled_mm(a, b, scale_a, scale_b, bias, name, kind, out):
+def _scaled_mm(a, b, scale_a, scale_b, bias, name, kind, out, accum="fast"):
     if out is None:
         out = _empty(a, (a.shape[0], _b_cols(a, b)), name)
     if bias is None:
-        lib.scaled_mm(_bits(a), _bits(b), scale_a, scale_b, out, kind)
+        lib.scaled_mm(_bits(a), _bits(b), scale_a, scale_b, out, kind, accum)
     else:
-        lib.scaled_mm_bias(_bits(a), _bits(b), scale_a, scale_b, bias, out, kind)
+        lib.scaled_mm_bias(_bits(a), _bits(b), scale_a, scale_b, bias, out, kind, accum)
     return out
 
 
-def explain(m, n, k, scale="row", out_dtype="bf16"):
+def explain(m, n, k, scale="row", out_dtype="bf16", accum=None, use_fast_accum=None):
     """Which backend/config scaled_mm runs for this problem, where the choice came from (exact table
-    entry, nearest entries, heuristic), the ranked measured candidates and why any was skipped."""
-    return str(lib.explain(m, n, k, scale, _out_name(out_dtype)))
+    entry, nearest entries, heuristic), the ranked measured candidates and why any was skipped; with
+    accum="precise" (or use_fast_accum=False), among the precise-class configs only."""
+    return str(lib.explain(m, n, k, scale, _out_name(out_dtype), _accum(accum, use_fast_accum)))
 
 
 _loaded_table = None  # the path load_table() last loaded, if any

@@ -115,9 +115,10 @@ def _linear_quantized_fake(q, s, weight, plan, out_dtype):
          _linear_quantized_fake)
 def linear_quantized(q, s, weight, plan, out_dtype):
     """Fp8Linear.forward_quantized: the plan's routed GEMM on activations already quantized for its
-    act kind (q e4m3 [M, K]; s f32 [M] for row, one element for tensor, [ceil(K/128), align(M, 4)]
-    col_major_tma group scales for block), so a fused producer (rms_norm_per_token_quant,
-    silu_and_mul_per_token_group_quant) feeds the GEMM without a second pass over the activations."""
+    act kind (q e4m3 [M, K]; s f32 [M] for row, one element for tensor, 1x128 group scales for
+    block: [ceil(K/128), align(M, 4)] col_major_tma, or an [M, ceil(K/128)] view as scaled_mm takes
+    it), so a fused producer (rms_norm_per_token_quant, silu_and_mul_per_token_group_quant) feeds
+    the GEMM without a second pass over the activations."""
     return linear_quantized_forward(_plan(plan), q, s, weight.shape[0], out_dtype)
 
 
@@ -125,15 +126,17 @@ def linear_quantized(q, s, weight, plan, out_dtype):
 # scaled_mm
 # ------------------------------------------------------------------------------------------------
 
-def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, scale="auto"):
+def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, scale="auto", accum="fast"):
+    ops._accum(accum, None)  # a bad value fails while tracing, as it would when run
     return a.new_empty((a.shape[0], ops._b_cols(a, b)), dtype=out_dtype)
 
 
 @_define("scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
-         "ScalarType out_dtype=bfloat16, str scale=\"auto\") -> Tensor", _scaled_mm_fake)
-def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, scale="auto"):
-    """fp8route.scaled_mm in torch._scaled_mm's argument order; scale "auto" infers the kind."""
-    return ops._scaled_mm(a, b, scale_a, scale_b, bias, _out_name(out_dtype), scale, None)
+         "ScalarType out_dtype=bfloat16, str scale=\"auto\", str accum=\"fast\") -> Tensor", _scaled_mm_fake)
+def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, scale="auto", accum="fast"):
+    """fp8route.scaled_mm in torch._scaled_mm's argument order; scale "auto" infers the kind; accum
+    "fast" or "precise" (the accumulation class, gemm.h)."""
+    return ops._scaled_mm(a, b, scale_a, scale_b, bias, _out_name(out_dtype), scale, None, ops._accum(accum, None))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -308,3 +311,4 @@ def decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, nu
         positions = positions.to(torch.int32)
     return ops._decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale or None,
                                  window, q_norm, k_norm, eps, None)
+

@@ -310,7 +310,7 @@ void decode_attention(FfiTensor qkv, FfiTensor k_cache, FfiTensor v_cache, FfiTe
 }
 
 fp8route::ScaledMmArgs mm_args(const FfiTensor& a, const FfiTensor& b, const FfiTensor& sa, const FfiTensor& sb,
-                               const FfiTensor& out, const String& scale) {
+                               const FfiTensor& out, const String& scale, const String& accum) {
   fp8route::ScaledMmArgs args;
   args.a = view(a, "a");
   args.b = view(b, "b");
@@ -320,31 +320,34 @@ fp8route::ScaledMmArgs mm_args(const FfiTensor& a, const FfiTensor& b, const Ffi
   // "auto": the kind the scale shapes imply (the package's scale=None).
   const std::string kind(scale);
   args.scale = kind == "auto" ? fp8route::infer_scale_kind(args) : fp8route::parse_scale_kind(kind);
+  args.accum = fp8route::parse_accum(std::string(accum));
   return args;
 }
 
-void scaled_mm(FfiTensor a, FfiTensor b, FfiTensor scale_a, FfiTensor scale_b, FfiTensor out, String scale) {
+void scaled_mm(FfiTensor a, FfiTensor b, FfiTensor scale_a, FfiTensor scale_b, FfiTensor out, String scale,
+               String accum) {
   guarded([&] {
     const DeviceGuard device(a);
-    fp8route::scaled_mm(mm_args(a, b, scale_a, scale_b, out, scale), stream_of(a));
+    fp8route::scaled_mm(mm_args(a, b, scale_a, scale_b, out, scale, accum), stream_of(a));
   });
 }
 
 void scaled_mm_bias(FfiTensor a, FfiTensor b, FfiTensor scale_a, FfiTensor scale_b, FfiTensor bias, FfiTensor out,
-                    String scale) {
+                    String scale, String accum) {
   guarded([&] {
     const DeviceGuard device(a);
-    fp8route::ScaledMmArgs args = mm_args(a, b, scale_a, scale_b, out, scale);
+    fp8route::ScaledMmArgs args = mm_args(a, b, scale_a, scale_b, out, scale, accum);
     args.bias = view(bias, "bias");
     fp8route::scaled_mm(args, stream_of(a));
   });
 }
 
-String explain(int64_t m, int64_t n, int64_t k, String scale, String out) {
+String explain(int64_t m, int64_t n, int64_t k, String scale, String out, String accum) {
   return guarded([&] {
     FP8ROUTE_CHECK(m >= 1 && n >= 1 && k >= 1, "m, n, k: must be >= 1, got " << m << ", " << n << ", " << k);
-    const fp8route::GemmProblem p = fp8route::make_problem(m, n, k, fp8route::parse_scale_kind(std::string(scale)),
-                                                           fp8route::parse_dtype(std::string(out), "out_dtype"));
+    fp8route::GemmProblem p = fp8route::make_problem(m, n, k, fp8route::parse_scale_kind(std::string(scale)),
+                                                     fp8route::parse_dtype(std::string(out), "out_dtype"));
+    p.accum = fp8route::parse_accum(std::string(accum));
     const auto router = fp8route::default_router();
     if (fp8route::cuda_device_count() > 0) return String(router->explain(p));
     // No GPU: the backends cannot answer for this machine; show the table's choice as measured.
@@ -443,6 +446,7 @@ class LinearPlanObj : public tvm::ffi::Object {
   tvm::ffi::Tensor weight, weight_scale;
   Optional<tvm::ffi::Tensor> bias;
   String act, out_dtype;
+  String accum = String("fast");  // the accumulation class its calls ask for
   int64_t n = 0, k = 0, device = 0;  // the weight's [N, K] and GPU
   std::unique_ptr<fp8route::LinearPlan> plan;
 
@@ -456,12 +460,13 @@ class LinearPlanRef : public tvm::ffi::ObjectRef {
 };
 
 LinearPlanRef linear_plan_create(tvm::ffi::Tensor weight, tvm::ffi::Tensor weight_scale, String act, String out,
-                                 Optional<tvm::ffi::Tensor> bias) {
+                                 Optional<tvm::ffi::Tensor> bias, String accum) {
   return guarded([&] {
     const DeviceGuard device(weight);  // the plan's copies of scales live on the weight's GPU
     const fp8route::TensorView w = view(weight, "weight");
     const fp8route::ScaleKind kind = fp8route::parse_scale_kind(std::string(act));
     const fp8route::DType out_dtype = fp8route::parse_dtype(std::string(out), "out_dtype");
+    const fp8route::Accum acc = fp8route::parse_accum(std::string(accum));
     fp8route::TensorView b;
     if (bias) {
       const tvm::ffi::Tensor t = *bias;
@@ -469,8 +474,9 @@ LinearPlanRef linear_plan_create(tvm::ffi::Tensor weight, tvm::ffi::Tensor weigh
     }
     auto obj = tvm::ffi::make_object<LinearPlanObj>(weight, weight_scale, bias, act, out);
     obj->plan = std::make_unique<fp8route::LinearPlan>(w, view(weight_scale, "weight_scale"), kind, out_dtype, b,
-                                                       nullptr, stream_of(weight));
+                                                       nullptr, stream_of(weight), acc);
     obj->n = obj->plan->layout().n, obj->k = obj->plan->layout().k, obj->device = w.device.index;
+    obj->accum = String(std::string(fp8route::name(acc)));
     return LinearPlanRef(std::move(obj));
   });
 }
@@ -596,6 +602,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def_ro("device", &LinearPlanObj::device)
       .def_ro("act", &LinearPlanObj::act)
       .def_ro("out_dtype", &LinearPlanObj::out_dtype)
+      .def_ro("accum", &LinearPlanObj::accum)
       .def("run", linear_plan_run)
       .def("route", linear_plan_route)
       .def("explain", linear_plan_explain)

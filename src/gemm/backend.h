@@ -27,8 +27,12 @@ struct GemmOperands {
 };
 
 // The operands of checked arguments (check_scaled_mm has accepted them), engine forms read in place
-// (gemm.h); a block scale_a that only scaled_mm() can gather is an Error(invalid_argument) naming it.
+// (gemm.h); a block scale_a that must be gathered is an Error(invalid_argument) naming it.
 GemmOperands operands_of(const ScaledMmArgs& args);
+// The same, with such a block scale_a gathered on `stream` into scratch of the stream or of the
+// graph being captured (gemm/stage_scales.h), as scaled_mm() runs it. p = check_scaled_mm(args).
+GemmOperands staged_operands_of(const ScaledMmArgs& args, const GemmProblem& p, cudaStream_t stream,
+                                const std::string& who);
 
 // How a call may be run beyond what its problem says.
 struct RunOptions {
@@ -93,6 +97,10 @@ class GemmBackend {
   // version, GPU model and workspace per stream (cuBLAS docs, Results reproducibility), and the
   // reference kernel sums K in order.
   virtual bool deterministic(int /*config*/) const { return true; }
+  // How config `config` accumulates on p (fp8route::Accum). The default, precise, holds for kernels
+  // that add each K block's MMA result (at most 128 of K) into fp32 totals (skinny, decode); a
+  // config whose tensor-core accumulator runs across K blocks without that promotion must say fast.
+  virtual Accum accum(const GemmProblem& /*p*/, int /*config*/) const { return Accum::precise; }
 };
 
 // The names of a backend's config table, in its order: config_name(entry) for each entry.
@@ -123,6 +131,12 @@ int config_m_tile(std::string_view backend, std::string_view config);
 // rule): that no fast backend supports p, the rules every fast backend shares that p breaks, and
 // what the caller can change. One line, without its end.
 std::string slow_fallback_note(const GemmProblem& p);
+
+// Why backend/config cannot run p for its accumulation class: "" unless p.accum is precise and the
+// config is of the fast class (or names a backend or config this build lacks: "" too, supports()
+// says why).
+std::string accum_reason(std::string_view backend, std::string_view config, const GemmProblem& p);
+std::string accum_reason(const GemmBackend& b, int config, const GemmProblem& p);
 
 // The rule every fast backend shares (a, b and out 16-byte aligned, GemmProblem::align): "" or why not.
 std::string common_fast_path_reason(const GemmProblem& p);

@@ -1,8 +1,9 @@
 // The default backend choice where no routing table has an entry for a problem: an ordered
 // list of (scale kind, M range) -> (backend, config) rules read off the side-by-side runs on the
 // H200 (bench/results/2026-11-30-gemm-h200/ and 2026-11-30-decode-h200/); the first rule that matches and whose config
-// supports the problem runs. Unaligned or odd shapes fall through to the fallbacks, which end with
-// the reference backend (it supports every valid problem).
+// supports the problem runs (a config of the fast class does not support a problem that asks for
+// accum=precise). Unaligned or odd shapes fall through to the fallbacks, which end with the
+// reference backend (it supports every valid problem, and accumulates precisely).
 
 #include <cstdint>
 #include <string>
@@ -50,6 +51,9 @@ constexpr Rule kRules[] = {
 constexpr Rule kFallbacks[] = {
     {ScaleKind::tensor, INT64_MAX, "cublaslt", "heuristic", "fallback: cuBLASLt"},
     {ScaleKind::tensor, INT64_MAX, "cutlass_sm90", "row_128x128x128_1x1x1_coop_fastacc_streamk", "fallback: CUTLASS"},
+    // accum=precise rules out the fast-class configs above (tensor and row scales): CUTLASS's
+    // precise row config for any M.
+    {ScaleKind::tensor, INT64_MAX, "cutlass_sm90", "row_64x128x128_1x1x1_pingpong", "fallback: CUTLASS, precise accumulation"},
     {ScaleKind::tensor, INT64_MAX, "reference", "simt_64x64", "fallback: reference, no fast backend supports this problem"},
 };
 

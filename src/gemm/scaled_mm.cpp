@@ -171,12 +171,13 @@ gemm::GemmOperands operands_in_place(const ScaledMmArgs& args) {
 }
 
 // The operands a backend runs: in place, with a block scale_a to gather gathered on `stream`.
-gemm::GemmOperands prepared_operands(const Normalized& c, const GemmProblem& p, cudaStream_t stream) {
+gemm::GemmOperands prepared_operands(const Normalized& c, const GemmProblem& p, cudaStream_t stream,
+                                     const std::string& who = "scaled_mm") {
   gemm::GemmOperands o = operands_in_place(c.args);
   if (c.gather_scale_a) {
     const TensorView& s = c.args.scale_a;
     o.sa = gemm::stage_block_scale_a(static_cast<const float*>(s.data), s.strides[0], s.strides[1], p.m,
-                                     ceil_div(p.k, kScaleBlock), stream, "scaled_mm");
+                                     ceil_div(p.k, kScaleBlock), stream, who);
   }
   return o;
 }
@@ -191,7 +192,16 @@ std::string to_string(const GemmProblem& p) {
   if (p.bias) os << " bias";
   if (p.align < 16) os << " align=" << p.align;
   if (p.sb_padded) os << " sb=padded4";
+  if (p.accum == Accum::precise) os << " accum=precise";
   return os.str();
+}
+
+std::string_view name(Accum a) { return a == Accum::precise ? "precise" : "fast"; }
+
+Accum parse_accum(std::string_view s) {
+  if (s == "fast") return Accum::fast;
+  if (s == "precise") return Accum::precise;
+  FP8ROUTE_FAIL(ErrorCategory::invalid_argument, "accum: expected \"fast\" or \"precise\", got \"" << s << "\"");
 }
 
 GemmProblem make_problem(int64_t m, int64_t n, int64_t k, ScaleKind scale, DType out, bool bias) {
@@ -214,6 +224,9 @@ GemmProblem check_normalized(const Normalized& c) {
   p.k = args.a.shape[1];
   p.n = args.b.shape[0];
   p.scale = args.scale;
+  FP8ROUTE_CHECK(args.accum == Accum::fast || args.accum == Accum::precise,
+                 "accum: expected Accum::fast or Accum::precise, got " << int(args.accum));
+  p.accum = args.accum;
   FP8ROUTE_CHECK(p.k >= 1, "a: K must be >= 1 (an empty reduction is not a GEMM), got "
                                << to_string(args.a));
   FP8ROUTE_CHECK(p.m <= kMaxDim && p.n <= kMaxDim && p.k <= kMaxDim,
@@ -305,9 +318,14 @@ gemm::GemmOperands gemm::operands_of(const ScaledMmArgs& args) {
   const Normalized c = normalize(args);
   FP8ROUTE_CHECK(!c.gather_scale_a,
                  "scale_a: this [M, ceil(K/128)] block scale " << to_string(args.scale_a)
-                     << " is not the memory of the [ceil(K/128), align(M, 4)] form the kernels read, and only "
-                        "scaled_mm() gathers it; pass that form or its transpose view (strides [1, align(M, 4)])");
+                     << " is not the memory of the [ceil(K/128), align(M, 4)] form the kernels read and must be "
+                        "gathered (staged_operands_of); pass that form or its transpose view (strides [1, align(M, 4)])");
   return operands_in_place(c.args);
+}
+
+gemm::GemmOperands gemm::staged_operands_of(const ScaledMmArgs& args, const GemmProblem& p, cudaStream_t stream,
+                                            const std::string& who) {
+  return prepared_operands(normalize(args), p, stream, who);
 }
 
 namespace {
@@ -315,7 +333,8 @@ namespace {
 void run_checked(const gemm::GemmBackend& b, int config, const GemmProblem& p,
                  const Normalized& c, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
-  const std::string why = b.supports(p, config);
+  std::string why = gemm::accum_reason(b, config, p);
+  if (why.empty()) why = b.supports(p, config);
   FP8ROUTE_CHECK_CAT(why.empty(), ErrorCategory::unsupported,
                      b.name() << "/" << b.configs()[config] << " cannot run " << to_string(p) << ": " << why);
   b.run(p, prepared_operands(c, p, stream), config, stream);
@@ -330,7 +349,7 @@ struct ProblemHash {
     uint64_t h = 1469598103934665603ull;
     for (uint64_t v : {uint64_t(p.m), uint64_t(p.n), uint64_t(p.k), uint64_t(p.scale), uint64_t(p.out),
                        uint64_t(p.bias) | uint64_t(p.sa_vector) << 1 | uint64_t(p.sb_vector) << 2 |
-                           uint64_t(p.sb_padded) << 3 | uint64_t(p.align) << 8})
+                           uint64_t(p.sb_padded) << 3 | uint64_t(p.accum) << 4 | uint64_t(p.align) << 8})
       h = (h ^ v) * 1099511628211ull;
     return h;
   }
@@ -429,7 +448,14 @@ std::vector<std::string> gemm_configs(std::string_view backend) {
 
 std::string gemm_supports(std::string_view backend, std::string_view config, const GemmProblem& p) {
   const gemm::GemmBackend& b = gemm::find_backend(backend);
-  return b.supports(p, gemm::find_config(b, config));
+  const int c = gemm::find_config(b, config);
+  if (std::string why = gemm::accum_reason(b, c, p); !why.empty()) return why;
+  return b.supports(p, c);
+}
+
+Accum gemm_accum(std::string_view backend, std::string_view config, const GemmProblem& p) {
+  const gemm::GemmBackend& b = gemm::find_backend(backend);
+  return b.accum(p, gemm::find_config(b, config));
 }
 
 std::string gemm_describe(std::string_view backend, std::string_view config, const GemmProblem& p) {
@@ -465,6 +491,23 @@ int find_config(const GemmBackend& b, std::string_view config) {
   for (const std::string& c : cs) names += (names.empty() ? "" : ", ") + c;
   FP8ROUTE_FAIL(ErrorCategory::invalid_argument,
                 "config: backend " << b.name() << " has no config '" << config << "' (it has " << names << ")");
+}
+
+std::string accum_reason(const GemmBackend& b, int config, const GemmProblem& p) {
+  if (p.accum != Accum::precise || b.accum(p, config) == Accum::precise) return "";
+  return "accumulates in the FP8 tensor core over all of K (fast class); accum=precise takes precise-class "
+         "configs only";
+}
+
+std::string accum_reason(std::string_view backend, std::string_view config, const GemmProblem& p) {
+  if (p.accum != Accum::precise) return "";
+  for (const GemmBackend* b : all_backends())
+    if (b->name() == backend) {
+      const std::vector<std::string>& cs = b->configs();
+      for (size_t i = 0; i < cs.size(); ++i)
+        if (cs[i] == config) return accum_reason(*b, static_cast<int>(i), p);
+    }
+  return "";
 }
 
 int config_m_tile(std::string_view backend, std::string_view config) {

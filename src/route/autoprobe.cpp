@@ -264,10 +264,12 @@ std::shared_ptr<const Router> router_for_call(const GemmProblem& p, cudaStream_t
   const std::optional<TableStamp> machine = machine_here();
   if (!machine) return r;
   // The call's form at every M: its bias, its block weight-scale form, its per-token or per-tensor
-  // activation scale (a single row has one scale either way; its per-token form is assumed).
+  // activation scale (a single row has one scale either way; its per-token form is assumed). Every
+  // accumulation class is timed: the timings are the shape's, kept for every later caller, and
+  // routing keeps to the class each call asks for.
   const ProblemAtM problem_at = [call = p](int64_t m, const std::string&) {
     GemmProblem q = call;
-    q.m = m, q.align = 16;
+    q.m = m, q.align = 16, q.accum = Accum::fast;
     if (q.scale == ScaleKind::row) q.sa_vector = m != 1 && (call.sa_vector || call.m == 1);
     return q;
   };

@@ -47,6 +47,7 @@ GemmProblem LinearLayout::problem(int64_t m, int align, const std::string& backe
   if (gemm == ScaleKind::row) p.sa_vector = act == ScaleKind::row && m != 1;
   p.align = align;
   p.sb_padded = reads_padded(*this, backend);
+  p.accum = accum;
   return p;
 }
 
@@ -138,7 +139,7 @@ struct LinearPlan::Cache {
 };
 
 LinearPlan::LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act, DType out, TensorView bias,
-                       std::shared_ptr<const Router> router, cudaStream_t stream)
+                       std::shared_ptr<const Router> router, cudaStream_t stream, Accum accum)
     : weight_(weight), weight_scale_(weight_scale), bias_(bias), cache_(std::make_shared<Cache>()) {
   detail::check_device_tensor(weight, "weight");
   detail::check_dtype(weight, "weight", {DType::e4m3});
@@ -153,7 +154,10 @@ LinearPlan::LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act
     detail::check_same_device(bias, "bias", weight, "weight");
   }
   const int64_t n = weight.shape[0], k = weight.shape[1];
+  FP8ROUTE_CHECK(accum == Accum::fast || accum == Accum::precise,
+                 "accum: expected Accum::fast or Accum::precise, got " << int(accum));
   layout_ = plan_linear_layout(n, k, act, weight_scale.numel(), out, bias.data != nullptr);
+  layout_.accum = accum;
   router_ = std::make_shared<const Router>(plan_router(router ? *router : *default_router(), layout_));
 
   if (layout_.expand_weight_scale) {
@@ -172,7 +176,8 @@ LinearPlan::LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act
                                           cudaMemcpyDeviceToDevice, stream));
     prepared_scale_view_ = TensorView::strided(prepared_scale_.data(), DType::f32, {nb, kb}, {ld, 1}, weight.device);
   }
-  FP8ROUTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // A layer that needs no prepared copy touches no device memory here.
+  if (prepared_scale_view_.data) FP8ROUTE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   // A shape the process-wide table lacks: this GPU's timings (the probe cache's, or probed now in
   // the forms this layer's backends are given). A router the caller passes is used as given.
@@ -181,7 +186,13 @@ LinearPlan::LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act
     if (const std::optional<TableStamp> machine = autoprobe::machine_here()) {
       const autoprobe::Timings t = autoprobe::timings(
           key, "LinearPlan", *machine, *router_,
-          [this](int64_t m, const std::string& backend) { return layout_.problem(m, 16, backend); }, stream);
+          [this](int64_t m, const std::string& backend) {
+            // Every accumulation class: the timings are the shape's, cached for every later caller.
+            GemmProblem p = layout_.problem(m, 16, backend);
+            p.accum = Accum::fast;
+            return p;
+          },
+          stream);
       if (!t.records.empty()) {
         router_ = std::make_shared<const Router>(router_->with_measurements(t.records));
         for (const MeasurementRecord& r : t.records) probed_m_.insert(r.m);
@@ -225,7 +236,7 @@ void LinearPlan::run(TensorView a, TensorView a_scale, TensorView out, cudaStrea
     detail::check_device_tensor(*t, name);
     detail::check_same_device(*t, name, weight_, "weight");
   }
-  ScaledMmArgs args{a, weight_, a_scale, weight_scale_, bias_, out, layout_.gemm};
+  ScaledMmArgs args{a, weight_, a_scale, weight_scale_, bias_, out, layout_.gemm, layout_.accum};
   if (layout_.expand_weight_scale) args.scale_b = prepared_scale_view_;
   if (layout_.act == ScaleKind::tensor && layout_.gemm == ScaleKind::row)
     FP8ROUTE_CHECK(a_scale.numel() == 1, "a_scale: per-tensor activations take one element, got " << to_string(a_scale));
@@ -244,16 +255,19 @@ void LinearPlan::run(TensorView a, TensorView a_scale, TensorView out, cudaStrea
   FP8ROUTE_CHECK_CAT(p == d.problem, ErrorCategory::unsupported,
                      "LinearPlan: internal error: routed " << to_string(d.problem) << " but would run "
                                                            << to_string(p));
-  // The layer's weight, scale and bias are written at load time: a backend may prefetch them
-  // while the previous kernel in the stream finishes.
-  d.backend->run_with(p, gemm::operands_of(args), d.config, gemm::RunOptions{.static_weight = true}, stream);
+  // A block a_scale view that is not the physical form's memory is gathered here, as scaled_mm()
+  // does (stream or captured graph scratch). The layer's weight, scale and bias are written at load
+  // time: a backend may prefetch them while the previous kernel in the stream (the gather
+  // included) finishes; it reads a_scale after it.
+  d.backend->run_with(p, gemm::staged_operands_of(args, p, stream, "LinearPlan"), d.config,
+                      gemm::RunOptions{.static_weight = true}, stream);
 }
 
 std::string LinearPlan::explain(int64_t m) const {
   std::ostringstream os;
   const LinearLayout& l = layout_;
   os << "layer: n=" << l.n << " k=" << l.k << " act=" << name(l.act) << " gemm=" << name(l.gemm)
-     << " out=" << dtype_name(l.out) << (l.bias ? " bias" : "") << "\n";
+     << " out=" << dtype_name(l.out) << (l.bias ? " bias" : "") << " accum=" << name(l.accum) << "\n";
   os << "prepared at load: "
      << (l.expand_weight_scale ? "weight scale broadcast to [N]"
          : l.pad_weight_scale  ? "weight scale with rows padded to 4 (cuBLASLt)"

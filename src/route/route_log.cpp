@@ -41,6 +41,7 @@ std::string decision_line(std::string_view caller, const GemmProblem& p, const R
                      " out=" + std::string(dtype_name(p.out));
   if (p.bias) line += " bias";
   if (p.align < 16) line += " align=" + std::to_string(p.align);
+  if (p.accum == Accum::precise) line += " accum=precise";
   return line + " -> " + r.backend + "/" + r.config + " (" + std::string(name(r.source)) + ")";
 }
 

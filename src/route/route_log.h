@@ -23,7 +23,7 @@ std::string gpu_mismatch_warning(const std::string& table_gpu, const std::string
 
 // The FP8ROUTE_LOG line of one decision (no newline):
 // "fp8route route: scaled_mm m=16 n=4096 k=4096 scale=row out=bf16 -> cublaslt/heuristic (exact)",
-// with " bias" and " align=N" (below 16 bytes) after the out dtype when they apply.
+// with " bias", " align=N" (below 16 bytes) and " accum=precise" after the out dtype when they apply.
 std::string decision_line(std::string_view caller, const GemmProblem& p, const Route& r);
 
 // Whether FP8ROUTE_LOG is set to anything but "" or "0" (read once per process).

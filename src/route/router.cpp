@@ -26,10 +26,12 @@ constexpr size_t kBlendEntries = 5;
 // explain() calls a runner-up measured within this ratio of the choice a near-tie.
 constexpr double kNearTie = 1.03;
 
-// Why `supports` says backend/config cannot run p ("" when it can); a config this build does not
-// have (a table from another version) answers with the lookup's error.
+// Why backend/config cannot run p ("" when it can): its accumulation class when p asks for
+// accum=precise (whatever `supports` is: tests substitute another GPU's answers), then `supports`;
+// a config this build does not have (a table from another version) answers with the lookup's error.
 std::string why_not(const SupportsFn& supports, const std::string& backend, const std::string& config,
                     const GemmProblem& p) {
+  if (std::string why = gemm::accum_reason(backend, config, p); !why.empty()) return why;
   try {
     return supports(backend, config, p);
   } catch (const Error& err) {
@@ -488,6 +490,13 @@ std::string Router::explain(const GemmProblem& p) const {
   }
   const Route r = select(p);
   os << "source: " << name(r.source) << "\nchoice: " << r.backend << "/" << r.config << "\nwhy: " << r.why << "\n";
+  os << "accum: " << name(p.accum)
+     << (p.accum == Accum::precise ? " (precise-class configs only)" : " (every config; precise ones are at least as accurate)");
+  try {
+    os << "; the choice accumulates " << name(gemm_accum(r.backend, r.config, p)) << "\n";
+  } catch (const Error&) {  // a name this build lacks
+    os << "\n";
+  }
   // The reference kernel is correct for everything and tens of times slower: say so, and what the
   // caller can change.
   if (is_slow_fallback(r.backend)) os << gemm::slow_fallback_note(p) << "\n";

@@ -168,6 +168,6 @@ def test_linear_plan_object():
         copy.deepcopy(fp8route.LinearPlan.__new__(fp8route.LinearPlan))
     w, s = np.zeros((64, 128), np.uint8), np.ones(64, np.float32)
     with pytest.raises(ValueError, match="weight: must be CUDA device memory"):
-        lib.linear_plan_create(w, s, "row", "bf16", None)
+        lib.linear_plan_create(w, s, "row", "bf16", None, "fast")
     with pytest.raises(ValueError, match="unknown scale kind"):
-        lib.linear_plan_create(w, s, "col", "bf16", None)
+        lib.linear_plan_create(w, s, "col", "bf16", None, "fast")

@@ -14,6 +14,7 @@ int run_info(const InfoOptions& opt);
 struct ExplainOptions {
   int64_t m = 1, n = 0, k = 0;
   std::string scale = "row", out = "bf16", table, model;
+  std::string accum = "fast";  // the accumulation class asked for (Accum in gemm.h)
   int tp = 1;
 };
 int run_explain(const ExplainOptions& opt);

@@ -32,20 +32,26 @@ int run_explain(const ExplainOptions& opt) {
                                           : Router(load_routing_table(opt.table), supports);
   const ScaleKind scale = parse_scale_kind(opt.scale);
   const DType out = parse_dtype(opt.out, "--out");
+  const Accum accum = parse_accum(opt.accum);
+  const auto problem = [&](int64_t n, int64_t k) {
+    GemmProblem p = make_problem(opt.m, n, k, scale, out);
+    p.accum = accum;
+    return p;
+  };
   if (!opt.model.empty()) {
     const tools::ShapeCatalog cat = tools::load_catalog(tools::default_catalog_path());
     int shown = 0;
     for (const tools::LayerShape& l : tools::at_tp(cat.layers, opt.tp)) {
       if (l.model != opt.model) continue;
       std::printf("== %s/%s tp%d\n%s\n", l.model.c_str(), l.layer.c_str(), l.tp,
-                  router.explain(make_problem(opt.m, l.n, l.k, scale, out)).c_str());
+                  router.explain(problem(l.n, l.k)).c_str());
       ++shown;
     }
     FP8ROUTE_CHECK(shown > 0, "--model: no layers of '" << opt.model << "' at TP " << opt.tp
                                                        << " in " << tools::default_catalog_path());
     return 0;
   }
-  std::printf("%s\n", router.explain(make_problem(opt.m, opt.n, opt.k, scale, out)).c_str());
+  std::printf("%s\n", router.explain(problem(opt.n, opt.k)).c_str());
   return 0;
 }
 

@@ -92,6 +92,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"tensor", "row", "block"}));
   explain_cmd->add_option("--out", ex.out, "bf16 or f16")->capture_default_str()->check(CLI::IsMember({"bf16", "f16"}));
+  explain_cmd->add_option("--accum", ex.accum,
+                          "fast (every config) or precise (only configs that sum each 128 of K in fp32)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fast", "precise"}));
   explain_cmd->add_option("--model", ex.model, "every layer of a shapes/models.json model instead of --n/--k");
   explain_cmd->add_option("--tp", ex.tp, "tensor-parallel degree with --model")
       ->capture_default_str()

@@ -280,6 +280,11 @@ class CublasLtBackend final : public GemmBackend {
   bool ranks_configs_per_problem() const override { return true; }
   // BLK128x128_32F reads scale_b with a row stride of ceil(K/128) rounded up to 4 (supports()).
   bool wants_padded_block_scale_b() const override { return true; }
+  // Every config: CUBLASLT_MATMUL_DESC_FAST_ACCUM as modes() sets it, on for tensor and row scales,
+  // off for block scales.
+  Accum accum(const GemmProblem& p, int /*config*/) const override {
+    return modes(p).fast_accum ? Accum::fast : Accum::precise;
+  }
 
   // Static rules, then (with a GPU) whether cuBLASLt's heuristic has a config-th algorithm.
   std::string supports(const GemmProblem& p, int config) const override {

@@ -78,6 +78,12 @@ class CutlassSm90Backend final : public GemmBackend {
     return c.operands == Operands::swapab ? c.tile_n : c.tile_m;
   }
 
+  // precise: the mainloop promotes the tensor core's partial sums into fp32 registers every 128 of
+  // K; fastacc: the tensor core accumulates over all of K.
+  fp8route::Accum accum(const GemmProblem& /*p*/, int config) const override {
+    return kConfigs[config].accum == Accum::fastacc ? fp8route::Accum::fast : fp8route::Accum::precise;
+  }
+
   std::string supports(const GemmProblem& p, int config) const override {
     const ConfigSpec& c = kConfigs[config];
     if (c.family == Family::row && p.scale == ScaleKind::block)
