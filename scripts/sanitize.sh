@@ -12,14 +12,14 @@
 #     --tools LIST comma-separated subset of memcheck,racecheck,initcheck,synccheck (default: all)
 #     --suites LIST comma-separated subset of the matrix's suites (--list shows them; default: all)
 #     --quick      a smaller matrix: one or two tests per kernel family
-#     --strict     count initcheck and synccheck reports in cuBLASLt's own kernels too (below)
+#     --strict     count initcheck, synccheck and racecheck reports in cuBLASLt's own kernels too (below)
 #     --timeout S  seconds per (tool, suite) run before it is stopped and counted as failed (default 300)
 #     --log-dir D  one log per run and summary.txt (default: $OUT/sanitize if OUT is set, else
 #                  /tmp/fp8route-sanitize)
 #     --list       print the matrix (suite, tool, filter) and exit
 #   Extra compute-sanitizer options: FP8ROUTE_SANITIZER_ARGS (e.g. "--kernel-name-exclude kns=foo").
 #
-# initcheck and synccheck reports whose faulting kernel is cuBLASLt's (closed source: its kernels
+# initcheck, synccheck and racecheck reports whose faulting kernel is cuBLASLt's (closed source: its kernels
 # read their own workspace and synchronize in ways fp8route cannot see or change) are listed in the
 # summary and kept in the log, but do not fail the run unless --strict; the kernel names matched are
 # FP8ROUTE_SANITIZER_FOREIGN (an extended regex, default "nvjet|xmma|cublasLt|splitKreduce"; ""
@@ -44,7 +44,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # model-shape sweeps (ModelShapesAgainstReference, DecodeBackend.EveryModelShapeAtDecodeM: the
 # same kernels at sizes up to 1.7 GB), and test_large_sizes (operands of 2^31 elements).
 declare -A FULL RACE QUICK QUICK_RACE BY_TOOL QUICK_BY_TOOL
-suites=(test_quant test_norm test_gemm test_linear test_bad_inputs test_conventions test_attention)
+suites=(test_quant test_norm test_gemm test_linear test_bad_inputs test_conventions test_attention test_accum
+        test_linear_scales)
 
 FULL[test_quant]="GroupQuantGpu.EveryCombinationBitExact:GroupQuantGpu.StridedRowsBitExact:GroupQuantGpu.DeterministicAndGraphCapturable:GroupQuantGpu.FusedSiluAndMulWithinTolerance:GroupQuantGpu.Masked*:GroupQuantGpu.Scatter*:RowQuantGpu.PerTokenBitExact:RowQuantGpu.PerTensorStaticSaturatesAtTheBoundary:RowQuantGpu.PerTensorDynamicBitExact:RowQuantGpu.PerTensorDynamicStridedRows:RowQuantGpu.PerTensorDynamicLeavesNoStateBehind:RowQuantGpu.PerTensorDynamicEmptyWritesTheFloorScale:QuantArgs.NothingWrittenOnError"
 RACE[test_quant]="GroupQuantGpu.EveryCombinationBitExact:GroupQuantGpu.StridedRowsBitExact:GroupQuantGpu.DeterministicAndGraphCapturable:GroupQuantGpu.Masked*:GroupQuantGpu.ScatterToDestinationRows:GroupQuantGpu.ScatterDuplicateDestinationsTakeOneTokenWhole:RowQuantGpu.PerTokenBitExact:RowQuantGpu.PerTensorStaticSaturatesAtTheBoundary:RowQuantGpu.PerTensorDynamicStridedRows:RowQuantGpu.PerTensorDynamicLeavesNoStateBehind"
@@ -84,6 +85,14 @@ FULL[test_conventions]="ConventionsGpu.*"  # the engine layouts, the block scale
 RACE[test_conventions]="ConventionsGpu.GatheredScaleAUnderGraphReplay"
 QUICK[test_conventions]="ConventionsGpu.GatheredScaleAUnderGraphReplay"
 
+
+FULL[test_accum]="AccumGpu.*"  # precise-class configs at large K, the heuristic's precise fallback
+RACE[test_accum]="${FULL[test_accum]}"
+QUICK[test_accum]="${FULL[test_accum]}"
+
+FULL[test_linear_scales]="LinearPlanScalesGpu.*"  # LinearPlan's gathered block scale_a, eager and replayed
+RACE[test_linear_scales]="${FULL[test_linear_scales]}"
+QUICK[test_linear_scales]="LinearPlanScalesGpu.GatheredScalesReplayFromAGraph"
 
 FULL[test_attention]="*DecodeAttentionGpu*-*RepeatRunsAreBitIdentical*"
 RACE[test_attention]="${FULL[test_attention]}"
@@ -140,7 +149,7 @@ if [ "$list" = 1 ]; then
     for t in "${tools[@]}"; do printf '%-22s %-10s %s\n' "$s" "$t" "$(filter_of "$s" "$t")"; done
   done
   echo "not in the matrix: $not_in_matrix"
-  [ "$strict" = 1 ] || echo "initcheck, synccheck: reports in kernels matching /${foreign_re}/ (cuBLASLt) not counted (--strict counts them)"
+  [ "$strict" = 1 ] || echo "initcheck, synccheck, racecheck: reports in kernels matching /${foreign_re}/ (cuBLASLt) not counted (--strict counts them)"
   exit 0
 fi
 [ -n "$build" ] || { echo "sanitize: BUILD missing" >&2; usage; }
@@ -195,8 +204,10 @@ summary="$log_dir/summary.txt"
 err_rc=97
 # API calls that return an error are the tests' to check (several provoke them on purpose); the
 # sanitizer reports device-side errors only.
-# A print limit high enough that initcheck's and synccheck's reports can be told apart by kernel.
-common=(--error-exitcode "$err_rc" --print-limit 200 --report-api-errors no)
+# Every report printed where foreign ones are subtracted (initcheck, synccheck, racecheck without
+# --strict: each must be told apart by its kernel; cuBLASLt's split-K reduction alone can make tens
+# of thousands); 200 otherwise.
+common=(--error-exitcode "$err_rc" --report-api-errors no)
 # shellcheck disable=SC2206
 extra=(${FP8ROUTE_SANITIZER_ARGS:-})
 
@@ -208,7 +219,10 @@ foreign_reports() {
     function done() { if (inrep && device && hit) n++; inrep = 0 }
     /^========= [^ ]/ {
       done()
-      if ($0 !~ /ERROR SUMMARY|COMPUTE-SANITIZER|RACECHECK SUMMARY/) { inrep = 1; device = $0 !~ /Host API/; hit = 0; seen_at = 0 }
+      if ($0 !~ /ERROR SUMMARY|COMPUTE-SANITIZER|RACECHECK SUMMARY/) {
+        inrep = 1; device = $0 !~ /Host API/; hit = 0; seen_at = 0
+        if ($0 ~ /Race reported between/) { seen_at = 1; if ($0 ~ /Error: Race/ && $0 ~ re) hit = 1 }  # racecheck: kernel on the line
+      }
       next
     }
     /^=========     / {
@@ -232,7 +246,9 @@ for t in "${tools[@]}"; do
     log="$log_dir/$t.$s.log"
     filter="$(filter_of "$s" "$t")"
     t0=$(date +%s)
-    timeout --kill-after=15 "$timeout_s" "$sanitizer" --tool "$t" "${common[@]}" "${extra[@]}" \
+    limit=200
+    [ "$strict" = 1 ] || [ -z "$foreign_re" ] || [ "$t" = memcheck ] || limit=0
+    timeout --kill-after=15 "$timeout_s" "$sanitizer" --tool "$t" "${common[@]}" --print-limit "$limit" "${extra[@]}" \
       "$bin/$s" --gtest_brief=1 --gtest_filter="$filter" > "$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - t0 ))
@@ -244,7 +260,7 @@ for t in "${tools[@]}"; do
     if [ -n "$race" ] && { [ -z "$errors" ] || [ "$race" -gt "$errors" ]; }; then errors=$race; fi
     foreign=0
     if [ -n "$errors" ] && [ "$errors" -gt 0 ] && [ "$strict" = 0 ] && [ -n "$foreign_re" ] &&
-       { [ "$t" = initcheck ] || [ "$t" = synccheck ]; }; then
+       [ "$t" != memcheck ]; then
       foreign=$(foreign_reports "$log")
       [ "$foreign" -le "$errors" ] || foreign=$errors
       errors=$((errors - foreign))
