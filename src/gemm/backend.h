@@ -98,8 +98,9 @@ class GemmBackend {
   // reference kernel sums K in order.
   virtual bool deterministic(int /*config*/) const { return true; }
   // How config `config` accumulates on p (fp8route::Accum). The default, precise, holds for kernels
-  // that add each K block's MMA result (at most 128 of K) into fp32 totals (skinny, decode); a
-  // config whose tensor-core accumulator runs across K blocks without that promotion must say fast.
+  // that add each K block's MMA result (at most 128 of K) into fp32 totals (skinny, decode) and for
+  // the reference kernel (fp32 throughout); a config whose tensor-core accumulator runs across K
+  // blocks without that promotion must say fast.
   virtual Accum accum(const GemmProblem& /*p*/, int /*config*/) const { return Accum::precise; }
 };
 
@@ -137,6 +138,10 @@ std::string slow_fallback_note(const GemmProblem& p);
 // says why).
 std::string accum_reason(std::string_view backend, std::string_view config, const GemmProblem& p);
 std::string accum_reason(const GemmBackend& b, int config, const GemmProblem& p);
+// Why config `config` of b cannot run p: accum_reason, then b.supports(); "" when it can.
+std::string cannot_run_reason(const GemmBackend& b, int config, const GemmProblem& p);
+// Throws Error(invalid_argument) naming `accum` unless a is Accum::fast or Accum::precise.
+void check_accum(Accum a);
 
 // The rule every fast backend shares (a, b and out 16-byte aligned, GemmProblem::align): "" or why not.
 std::string common_fast_path_reason(const GemmProblem& p);

@@ -7,6 +7,7 @@
 #include <shared_mutex>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 
 #include "core/checks.h"
 #include "core/cuda_check.h"
@@ -224,8 +225,7 @@ GemmProblem check_normalized(const Normalized& c) {
   p.k = args.a.shape[1];
   p.n = args.b.shape[0];
   p.scale = args.scale;
-  FP8ROUTE_CHECK(args.accum == Accum::fast || args.accum == Accum::precise,
-                 "accum: expected Accum::fast or Accum::precise, got " << int(args.accum));
+  gemm::check_accum(args.accum);
   p.accum = args.accum;
   FP8ROUTE_CHECK(p.k >= 1, "a: K must be >= 1 (an empty reduction is not a GEMM), got "
                                << to_string(args.a));
@@ -333,8 +333,7 @@ namespace {
 void run_checked(const gemm::GemmBackend& b, int config, const GemmProblem& p,
                  const Normalized& c, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
-  std::string why = gemm::accum_reason(b, config, p);
-  if (why.empty()) why = b.supports(p, config);
+  const std::string why = gemm::cannot_run_reason(b, config, p);
   FP8ROUTE_CHECK_CAT(why.empty(), ErrorCategory::unsupported,
                      b.name() << "/" << b.configs()[config] << " cannot run " << to_string(p) << ": " << why);
   b.run(p, prepared_operands(c, p, stream), config, stream);
@@ -448,9 +447,7 @@ std::vector<std::string> gemm_configs(std::string_view backend) {
 
 std::string gemm_supports(std::string_view backend, std::string_view config, const GemmProblem& p) {
   const gemm::GemmBackend& b = gemm::find_backend(backend);
-  const int c = gemm::find_config(b, config);
-  if (std::string why = gemm::accum_reason(b, c, p); !why.empty()) return why;
-  return b.supports(p, c);
+  return gemm::cannot_run_reason(b, gemm::find_config(b, config), p);
 }
 
 Accum gemm_accum(std::string_view backend, std::string_view config, const GemmProblem& p) {
@@ -499,25 +496,40 @@ std::string accum_reason(const GemmBackend& b, int config, const GemmProblem& p)
          "configs only";
 }
 
-std::string accum_reason(std::string_view backend, std::string_view config, const GemmProblem& p) {
-  if (p.accum != Accum::precise) return "";
+namespace {
+
+// The backend named `backend` and the index of its config `config`, or {nullptr, -1} when this build
+// has no such pair (a table from another version): find_backend/find_config without the throw.
+std::pair<const GemmBackend*, int> lookup(std::string_view backend, std::string_view config) {
   for (const GemmBackend* b : all_backends())
     if (b->name() == backend) {
       const std::vector<std::string>& cs = b->configs();
       for (size_t i = 0; i < cs.size(); ++i)
-        if (cs[i] == config) return accum_reason(*b, static_cast<int>(i), p);
+        if (cs[i] == config) return {b, static_cast<int>(i)};
     }
-  return "";
+  return {nullptr, -1};
+}
+
+}  // namespace
+
+std::string accum_reason(std::string_view backend, std::string_view config, const GemmProblem& p) {
+  if (p.accum != Accum::precise) return "";
+  const auto [b, i] = lookup(backend, config);
+  return b ? accum_reason(*b, i, p) : "";
+}
+
+std::string cannot_run_reason(const GemmBackend& b, int config, const GemmProblem& p) {
+  if (std::string why = accum_reason(b, config, p); !why.empty()) return why;
+  return b.supports(p, config);
+}
+
+void check_accum(Accum a) {
+  FP8ROUTE_CHECK(a == Accum::fast || a == Accum::precise, "accum: expected Accum::fast or Accum::precise, got " << int(a));
 }
 
 int config_m_tile(std::string_view backend, std::string_view config) {
-  for (const GemmBackend* b : all_backends())
-    if (b->name() == backend) {
-      const std::vector<std::string>& cs = b->configs();
-      for (size_t i = 0; i < cs.size(); ++i)
-        if (cs[i] == config) return b->m_tile(static_cast<int>(i));
-    }
-  return 0;
+  const auto [b, i] = lookup(backend, config);
+  return b ? b->m_tile(i) : 0;
 }
 
 std::string sm90_device_reason() {

@@ -154,8 +154,7 @@ LinearPlan::LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act
     detail::check_same_device(bias, "bias", weight, "weight");
   }
   const int64_t n = weight.shape[0], k = weight.shape[1];
-  FP8ROUTE_CHECK(accum == Accum::fast || accum == Accum::precise,
-                 "accum: expected Accum::fast or Accum::precise, got " << int(accum));
+  gemm::check_accum(accum);
   layout_ = plan_linear_layout(n, k, act, weight_scale.numel(), out, bias.data != nullptr);
   layout_.accum = accum;
   router_ = std::make_shared<const Router>(plan_router(router ? *router : *default_router(), layout_));

@@ -61,8 +61,6 @@ class ReferenceBackend final : public GemmBackend {
     return "";
   }
   bool slow_fallback() const override { return true; }
-  // fp32 fused multiply-adds in K order (per 128-wide K block under block scales): fp32 throughout.
-  Accum accum(const GemmProblem& /*p*/, int /*config*/) const override { return Accum::precise; }
   void run(const GemmProblem& p, const GemmOperands& ops, int, cudaStream_t stream) const override {
     kernels::RefGemmParams k = params(p, ops);
     k.out = ops.out;
