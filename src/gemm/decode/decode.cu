@@ -1,8 +1,7 @@
 // The decode backend: launcher of kernel.cuh (small M, where a GEMM is a read of its weight).
-// Holds the config list, the requirements (supports), the split-K rule and the tensor maps.
+// Holds the config list, the requirements (supports) and the split-K rule.
 
 #include <cuda.h>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -24,6 +23,7 @@
 #include "fp8route/error.h"
 #include "gemm/backend.h"
 #include "gemm/decode/kernel.cuh"
+#include "gemm/tensor_map.h"
 
 namespace fp8route::gemm {
 namespace {
@@ -148,36 +148,6 @@ Launch plan_splits(const GemmProblem& p, int rows, const Slots& slots) {
   return best;
 }
 
-// cuTensorMapEncodeTiled from the driver, fetched once through the runtime (no link to libcuda).
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    FP8ROUTE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-    FP8ROUTE_CHECK_CAT(q == cudaDriverEntryPointSuccess && f != nullptr, ErrorCategory::cuda_error,
-                       "decode: the CUDA driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A [rows, cols] byte matrix (row stride ld bytes), read in [box_rows x 128 B] boxes with the
-// 128-byte swizzle; reads past either edge are zero-filled.
-CUtensorMap byte_matrix_map(const void* ptr, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(dk::kKBlock), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box,
-                                 elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FP8ROUTE_CHECK_CAT(r == CUDA_SUCCESS, ErrorCategory::cuda_error,
-                     "decode: cuTensorMapEncodeTiled failed (" << int(r) << ") for a [" << rows << ", " << cols
-                                                               << "] matrix, row stride " << ld);
-  return map;
-}
-
 class DecodeBackend final : public GemmBackend {
  public:
   std::string_view name() const override { return "decode"; }
@@ -242,8 +212,8 @@ class DecodeBackend final : public GemmBackend {
     kp.sa_ld = static_cast<int>((p.m + 3) / 4 * 4);
     kp.sb_ld = p.sb_padded ? (kp.kblocks + 3) / 4 * 4 : kp.kblocks;
     kp.prefetch_weight = opt.static_weight;
-    const CUtensorMap wmap = byte_matrix_map(ops.b, p.n, p.k, ops.ldb, k.rows);
-    const CUtensorMap amap = byte_matrix_map(ops.a, p.m, p.k, ops.lda, k.max_m);
+    const CUtensorMap wmap = byte_matrix_map(ops.b, p.n, p.k, ops.ldb, k.rows, "decode");
+    const CUtensorMap amap = byte_matrix_map(ops.a, p.m, p.k, ops.lda, k.max_m, "decode");
     const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
     allow_dynamic_smem(reinterpret_cast<const void*>(kernel), k.smem, dev.index);
     LaunchShape s;
