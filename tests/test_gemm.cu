@@ -459,6 +459,29 @@ TEST(DecodeBackend, EveryModelShapeAtDecodeM) {
   for (const std::string& c : cs) EXPECT_GT(ran[c], 0) << c << " never ran";
 }
 
+// ---- the wgmma backend: tile edges, K tails, persistent loops --------------------------------------
+
+// Every wgmma config on shapes that leave partial tiles along M and N (N tiles crossing 128-row
+// weight scale blocks at every tile width), a K that is not a multiple of 128, a single row, an odd
+// count of row tiles (the second block of a cluster gets a tile past M), many tiles per block, and
+// both output dtypes, with and without bias; against the GPU reference, random data.
+TEST(WgmmaBackend, EdgesOfEveryConfig) {
+  FP8ROUTE_REQUIRE_SM90();
+  struct S { int64_t m, n, k; };
+  const S shapes[] = {{1, 1000, 2000}, {129, 200, 1040}, {384, 1000, 2000},
+                      {257, 4096, 1536}, {3000, 2112, 7168}, {4096, 7168, 512}};
+  uint64_t idx = 12000;
+  for (const S& s : shapes)
+    for (const std::string& c : gemm_configs("wgmma")) {
+      const int combo = static_cast<int>(idx % 4);
+      GemmProblem p = make_problem(s.m, s.n, s.k, ScaleKind::block, combo % 2 ? DType::f16 : DType::bf16, combo / 2);
+      ASSERT_EQ(gemm_supports("wgmma", c, p), "") << c << " on " << to_string(p);
+      Problem prob(p, false, case_seed(++idx));
+      expect_good(prob.run("wgmma", c), false, prob.repro("wgmma", c));
+      if (testing::Test::HasFailure()) return;
+    }
+}
+
 // The decode kernels start streaming a layer's weight before the previous kernel in the stream has
 // finished (programmatic dependent launch, LinearPlan's static weights), and wait for it before
 // reading the activations. A chain that rewrites the activations with a kernel right before each

@@ -199,7 +199,7 @@ TEST(GemmArgs, UnknownBackendsAndConfigsAreListed) {
     gemm_configs("cublas");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("backend: unknown name 'cublas' (this build has cublaslt, cutlass_sm90, skinny, decode, reference"),
+    EXPECT_NE(std::string(e.what()).find("backend: unknown name 'cublas' (this build has cublaslt, cutlass_sm90, skinny, decode, wgmma, reference"),
               std::string::npos) << e.what();
   }
   try {

@@ -130,7 +130,7 @@ void scaled_mm(const ScaledMmArgs& args, std::string_view backend, std::string_v
 
 // ---- backends ------------------------------------------------------------------------------------
 
-// Backend names in this build: "cublaslt", "cutlass_sm90", "skinny", "decode", "reference".
+// Backend names in this build: "cublaslt", "cutlass_sm90", "skinny", "decode", "wgmma", "reference".
 std::vector<std::string> gemm_backends();
 // The configs a backend instantiates (each a name such as "128x128x128_1x2x1_pingpong").
 std::vector<std::string> gemm_configs(std::string_view backend);

@@ -117,6 +117,7 @@ const GemmBackend& cublaslt_backend();
 const GemmBackend& cutlass_sm90_backend();
 const GemmBackend& skinny_backend();
 const GemmBackend& decode_backend();
+const GemmBackend& wgmma_backend();
 const GemmBackend& reference_backend();
 
 // Every backend of this build, in a fixed order.

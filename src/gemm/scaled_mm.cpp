@@ -465,6 +465,7 @@ namespace gemm {
 const std::vector<const GemmBackend*>& all_backends() {
   static const std::vector<const GemmBackend*> list = {&cublaslt_backend(), &cutlass_sm90_backend(),
                                                        &skinny_backend(), &decode_backend(),
+                                                       &wgmma_backend(),
                                                        &reference_backend()};
   return list;
 }
