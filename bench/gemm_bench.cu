@@ -58,7 +58,7 @@ const std::vector<std::string> kCsvColumns = {"model", "layer", "tp", "m", "n", 
 
 int main(int argc, char** argv) {
   CLI::App app{"fp8route GEMM benchmark: every backend and config side by side on models.json shapes"};
-  std::string models, tps = "1", ms, scales = "tensor,row,block", backends = "cublaslt,cutlass_sm90,skinny,decode";
+  std::string models, tps = "1", ms, scales = "tensor,row,block", backends = tools::timed_backends();
   std::string out_name = "bf16", json_path, csv_path, catalog = tools::default_catalog_path(), shapes;
   bool bias = false, with_floor = false;
   int reps = 20;

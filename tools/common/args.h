@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fp8route/error.h"
+#include "fp8route/gemm.h"
 
 namespace fp8route::tools {
 
@@ -50,6 +51,15 @@ inline std::vector<int64_t> parse_int_list(const std::string& s, const char* opt
   FP8ROUTE_CHECK(why.empty(), option << ": " << why);
   const std::vector<int64_t> v = parse_list(s);
   FP8ROUTE_CHECK(!v.empty(), option << ": expected at least one value, got '" << s << "'");
+  return v;
+}
+
+// The backends the tools time unless told otherwise: every backend of this build but the reference
+// kernel (the slow last resort, never a measured routing choice), comma-separated.
+inline std::string timed_backends() {
+  std::string v;
+  for (const std::string& b : gemm_backends())
+    if (b != "reference") v += (v.empty() ? "" : ",") + b;
   return v;
 }
 

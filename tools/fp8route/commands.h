@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/args.h"
+
 namespace fp8route::cli {
 
 struct InfoOptions {
@@ -40,7 +42,7 @@ struct TuneOptions {
   ShapeOptions shapes;
   std::string table_path = "fp8route-table.json";  // the routing table written
   std::string raw_path;                             // "" = <table_path without .json>.raw.jsonl
-  std::string backends = "cublaslt,cutlass_sm90,skinny,decode";
+  std::string backends = tools::timed_backends();
   int screen_pct = 25;      // > 0: a quick first round drops configs more than this % behind (timing::screen_gemms)
   int final_pct = 5;        // > 0: the configs within this % of the best are timed again (timing::final_round) ...
   int final_instances = 4;  // ... with this many graph instances (when more than --instances)
@@ -53,7 +55,7 @@ struct BenchOptions {
   ShapeOptions shapes;
   std::string table;       // routing table for the routed GEMM ("" = the default table)
   std::string configs = "table";  // per backend: "table" (its best configs by the table) or "all"
-  std::string backends = "cublaslt,cutlass_sm90,skinny,decode";
+  std::string backends = tools::timed_backends();
   std::string json_path, plot_path, csv_path;  // --json, --plot, --csv
   int screen_pct = 25;     // > 0: a quick first round drops configs more than this % behind (timing::screen_gemms)
   std::string probe = "off";  // off, unseen or always: probe_shape (route.h) every shape first, route by it
