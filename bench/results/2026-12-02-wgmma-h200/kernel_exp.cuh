@@ -1,0 +1,293 @@
+#pragma once
+// Device code of the wgmma backend (launcher: wgmma.cu): block-scaled FP8 GEMM for prefill,
+//   y[m, n] = sum over K blocks kb of (sum_{k in kb} a[m, k] b[n, k]) * sa[kb, m] * sb[n / 128, kb].
+//
+// A persistent, warp-specialized kernel on the Hopper tensor cores:
+// - One producer warpgroup (one thread issuing) streams, per 128-wide K block, a [128 x 128 B] tile
+//   of a, a [kBN x 128 B] tile of b (128-byte swizzle) and the 128 sa of the tile's rows into a
+//   kStages-deep ring with the tensor memory accelerator; rows and columns past the matrices arrive
+//   as zeros, so no edge case reaches the math.
+// - Two consumer warpgroups each own 64 rows of the 128-row tile: per K block, four
+//   wgmma.mma_async m64nkBNk32 into an fp32 accumulator started from zero, then the promotion
+//   total += acc * sa * sb in fp32 registers (full fp32 accumulation across K: the precise class).
+//   While one warpgroup promotes, the other's MMAs run, so the tensor cores stay busy.
+// - Register reconfiguration (setmaxnreg) moves registers from the producer to the consumers,
+//   which hold two fp32 copies of their 64 x kBN tile.
+// - With kCluster = 2, the two blocks of a cluster work on vertically adjacent tiles of the same
+//   columns: each loads half of the shared b tile and multicasts it to both, halving b's L2 reads.
+//   Each consumer warp releases a ring slot in both blocks, so a slot is refilled only when both
+//   have used it.
+// - Tiles are visited in groups of kGroupM row tiles (of cluster height) down a column band, so the
+//   blocks running at once share a few b column panels and a few a row panels in L2.
+// - Programmatic dependent launch: every thread waits for the previous kernel before its first
+//   global access; the producer lets dependents launch once its last load is issued.
+
+#include <cuda.h>  // CUtensorMap
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <numeric>
+
+#include "core/griddep.cuh"
+#include "gemm/sm90.cuh"
+#include "gemm/wgmma/mma.cuh"
+#include "gemm/wgmma/kernel.cuh"
+
+namespace fp8route::kernels::wgmma_exp {
+using namespace fp8route::kernels;
+using namespace fp8route::kernels::wgmma;
+template <int G>
+__device__ __forceinline__ void tile_coords_g(const Params& p, int t, int cluster, int& tm, int& tn) {
+  const int cm = p.tiles_m / cluster;
+  const int per_group = G * p.tiles_n;
+  const int g = t / per_group, r = t % per_group;
+  const int rows = min(G, cm - g * G);
+  tm = (g * G + r % rows) * cluster;
+  tn = r / rows;
+}
+template <class OutT, int kBN, int kStages, int kCluster, bool kTmaStore, int kVariant, int kGroup>
+__global__ void __launch_bounds__(kThreads, 1)
+    exp_kernel(const __grid_constant__ CUtensorMap amap, const __grid_constant__ CUtensorMap bmap,
+                        const __grid_constant__ CUtensorMap samap, const __grid_constant__ CUtensorMap dmap,
+                        const Params p) {
+  using T = Traits<kBN, kStages, kCluster, kTmaStore>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t base = smem_u32(smem);
+  const uint32_t full0 = base + T::kBarOff, empty0 = full0 + kStages * 8;
+  const float* sa_s = reinterpret_cast<const float*>(smem + T::kSaOff);
+
+  const int wg = threadIdx.x / 128;  // 0: producer, 1..kConsumers: consumers
+  const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0;
+  const int cluster_id = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
+  const int num_tiles = (p.tiles_m / kCluster) * p.tiles_n;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, T::kEmptyArrivals);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  if constexpr (kCluster > 1) {
+    cluster_sync();  // the peer's barriers exist before any multicast or remote arrival
+  } else {
+    __syncthreads();
+  }
+  griddep_wait();
+
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      int s = 0;
+      uint32_t phase = 0;
+      for (int t = cluster_id; t < num_tiles; t += clusters) {
+        int tm, tn;
+        tile_coords_g<kGroup>(p, t, kCluster, tm, tn);
+        const int m0 = (tm + int(rank)) * kBM, n0 = tn * kBN;
+        for (int kb = 0; kb < p.kblocks; ++kb) {
+          mbar_wait(empty0 + 8 * s, phase ^ 1);
+          const uint32_t full = full0 + 8 * s;
+          mbar_expect_tx(full, T::kStageTx);
+          tma_load_2d(base + T::kAOff + s * T::kATile, &amap, kb * kBK, m0, full);
+          tma_load_2d(base + T::kSaOff + s * T::kSaTile, &samap, m0, kb, full);
+          if constexpr (kCluster == 1) {
+            tma_load_2d(base + T::kBOff + s * T::kBTile, &bmap, kb * kBK, n0, full);
+          } else {
+            constexpr int kHalf = kBN / 2;
+            tma_load_2d_multicast(base + T::kBOff + s * T::kBTile + rank * kHalf * kBK, &bmap, kb * kBK,
+                                  n0 + int(rank) * kHalf, full, uint16_t(0x3));
+          }
+          if (++s == kStages) s = 0, phase ^= 1;
+        }
+      }
+    }
+    __syncwarp();
+    griddep_launch_dependents();
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    constexpr int kRegs = kBN / 2;
+    // A tile of a width dividing 128 starts on a weight scale block boundary and stays in it.
+    constexpr bool kOneScaleBlock = 128 % kBN == 0;
+    const int c = wg - 1;  // this warpgroup's 64-row half
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const int r_lo = 16 * warp + lane / 4;  // rows r_lo and r_lo + 8 of the half
+    float acc0[kRegs], total[kRegs];
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) acc0[i] = 0.f;
+    int s = 0;
+    uint32_t phase = 0;
+    uint32_t stored = 0;  // output boxes this warpgroup has stored
+    // Waits for ring slot s, reads its sa and issues its MMAs into acc (not waiting for them).
+    auto issue = [&](float (&acc)[kRegs], float& sa_lo, float& sa_hi) {
+      mbar_wait(full0 + 8 * s, phase);
+      sa_lo = sa_s[s * kBM + 64 * c + r_lo], sa_hi = sa_s[s * kBM + 64 * c + r_lo + 8];
+      const uint64_t da = smem_desc(base + T::kAOff + s * T::kATile + c * 64 * kBK);
+      const uint64_t db = smem_desc(base + T::kBOff + s * T::kBTile);
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) fence_reg(acc[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kBK / 32; ++k) Mma<kBN>::run(acc, da + 2 * k, db + 2 * k, k);
+      wgmma_commit();
+    };
+    // Releases ring slot `slot` in every block of the cluster (its a, b and sa are read).
+    auto release = [&](int slot) {
+      if (lane == 0) {
+        if constexpr (kCluster == 1) {
+          mbar_arrive(empty0 + 8 * slot);
+        } else {
+#pragma unroll
+          for (uint32_t q = 0; q < kCluster; ++q) mbar_arrive_cluster(empty0 + 8 * slot, q);
+        }
+      }
+    };
+    for (int t = cluster_id; t < num_tiles; t += clusters) {
+      int tm, tn;
+      tile_coords_g<kGroup>(p, t, kCluster, tm, tn);
+      const int m0 = (tm + int(rank)) * kBM, n0 = tn * kBN;
+      // sb of the (at most two) 128-row weight blocks the tile's columns span; columns from
+      // `split` on belong to the second.
+      const int nb0 = n0 / 128;
+      const int split = min(kBN, (nb0 + 1) * 128 - n0);
+      const float* sb0p = p.sb + int64_t(nb0) * p.sb_ld;
+      const float* sb1p = (split < kBN && (nb0 + 1) * 128 < p.n) ? sb0p + p.sb_ld : sb0p;
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) total[i] = 0.f;
+      float sb0_next = __ldg(sb0p), sb1_next = kOneScaleBlock ? 0.f : __ldg(sb1p);
+      // total += acc * sa * sb of K block kb; loads the next K block's sb first (after the slot's
+      // release, so that the arrive never waits for the load).
+      auto promote = [&](const float (&acc)[kRegs], float sa_lo, float sa_hi, int kb) {
+        const float sb0 = sb0_next, sb1 = sb1_next;
+        if (kb + 1 < p.kblocks) {
+          sb0_next = __ldg(sb0p + kb + 1);
+          if (!kOneScaleBlock) sb1_next = __ldg(sb1p + kb + 1);
+        }
+        const float s00 = sa_lo * sb0, s10 = sa_hi * sb0;
+        if constexpr (kOneScaleBlock) {
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j) {
+            total[4 * j + 0] = __fmaf_rn(acc[4 * j + 0], s00, total[4 * j + 0]);
+            total[4 * j + 1] = __fmaf_rn(acc[4 * j + 1], s00, total[4 * j + 1]);
+            total[4 * j + 2] = __fmaf_rn(acc[4 * j + 2], s10, total[4 * j + 2]);
+            total[4 * j + 3] = __fmaf_rn(acc[4 * j + 3], s10, total[4 * j + 3]);
+          }
+        } else {
+          const float s01 = sa_lo * sb1, s11 = sa_hi * sb1;
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j) {
+            const bool second = 8 * j >= split;
+            const float lo = second ? s01 : s00, hi = second ? s11 : s10;
+            total[4 * j + 0] = __fmaf_rn(acc[4 * j + 0], lo, total[4 * j + 0]);
+            total[4 * j + 1] = __fmaf_rn(acc[4 * j + 1], lo, total[4 * j + 1]);
+            total[4 * j + 2] = __fmaf_rn(acc[4 * j + 2], hi, total[4 * j + 2]);
+            total[4 * j + 3] = __fmaf_rn(acc[4 * j + 3], hi, total[4 * j + 3]);
+          }
+        }
+      };
+      auto advance = [&] {
+        if (++s == kStages) s = 0, phase ^= 1;
+      };
+      {
+        for (int kb = 0; kb < p.kblocks; ++kb) {
+          float sa_lo, sa_hi;
+          if constexpr (kVariant == 2) {
+            mbar_wait(full0 + 8 * s, phase);
+            const uint64_t da = smem_desc(base + T::kAOff + s * T::kATile + c * 64 * kBK);
+            const uint64_t db = smem_desc(base + T::kBOff + s * T::kBTile);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < kBK / 32; ++k) Mma<kBN>::run(acc0, da + 2 * k, db + 2 * k, kb > 0 || k > 0);
+            wgmma_commit();
+            wgmma_wait<1>();
+            if (kb > 0) release(s == 0 ? kStages - 1 : s - 1);
+            advance();
+            if (kb + 1 == p.kblocks) {
+              wgmma_wait<0>();
+              release(s == 0 ? kStages - 1 : s - 1);
+#pragma unroll
+              for (int i = 0; i < kRegs; ++i) total[i] = acc0[i];
+            }
+            continue;
+          }
+          issue(acc0, sa_lo, sa_hi);
+          wgmma_wait<0>();
+#pragma unroll
+          for (int i = 0; i < kRegs; ++i) fence_reg(acc0[i]);
+          release(s);
+          advance();
+          if constexpr (kVariant == 1) {
+#pragma unroll
+            for (int i = 0; i < kRegs; ++i) total[i] += acc0[i];
+          } else {
+            promote(acc0, sa_lo, sa_hi, kb);
+          }
+        }
+      }
+      const OutT* bias = static_cast<const OutT*>(p.bias);
+      if constexpr (kTmaStore) {
+        // Epilogue: (+ bias) rounded to OutT, 32 columns at a time, into this warpgroup's two staging
+        // boxes in turn, each stored by the tensor memory accelerator (which drops rows and columns
+        // past the matrix) while the next is written. A box is rewritten once its previous store
+        // has read it.
+        const bool leader = threadIdx.x % 128 == 0;
+#pragma unroll
+        for (int b = 0; b < kBN / 32; ++b, ++stored) {
+          const uint32_t box = base + T::kDOff + c * T::kDHalf + (stored & 1) * T::kDBox;
+          if (leader) bulk_wait_read_1();
+          wg_barrier(1 + c);
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) {
+            const int j = 4 * b + jj, col = 8 * jj + 2 * (lane % 4);
+            float b0 = 0.f, b1 = 0.f;
+            if (bias) {
+              const int n = n0 + 32 * b + col;
+              if (n < p.n) b0 = load_f(bias + n);
+              if (n + 1 < p.n) b1 = load_f(bias + n + 1);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const uint32_t v =
+                  pack2(static_cast<OutT*>(nullptr), total[4 * j + 2 * h] + b0, total[4 * j + 2 * h + 1] + b1);
+              asm volatile("st.shared.u32 [%0], %1;" ::"r"(box + d_offset(r_lo + 8 * h, col)), "r"(v) : "memory");
+            }
+          }
+          fence_async_shared();
+          wg_barrier(1 + c);
+          if (leader) {
+            tma_store_2d(&dmap, n0 + 32 * b, m0 + 64 * c, box);
+            bulk_commit();
+          }
+        }
+      } else {
+        // Epilogue: (+ bias) rounded to OutT, straight from the registers.
+        OutT* out = static_cast<OutT*>(p.out);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int m = m0 + 64 * c + r_lo + 8 * h;
+          if (m >= p.m) continue;
+          OutT* row = out + int64_t(m) * p.ldo;
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j) {
+            const int n = n0 + 8 * j + 2 * (lane % 4);
+            float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
+            if (n + 1 < p.n) {
+              if (bias) v0 += load_f(bias + n), v1 += load_f(bias + n + 1);
+              store2(row + n, v0, v1);
+            } else if (n < p.n) {
+              if (bias) v0 += load_f(bias + n);
+              store1(row + n, v0);
+            }
+          }
+        }
+      }
+    }
+    if constexpr (kTmaStore) {
+      if (threadIdx.x % 128 == 0) bulk_wait();  // the last tile's store is complete before exit
+    }
+  }
+  if constexpr (kCluster > 1) cluster_sync();  // peers may still arrive on this block's barriers
+}
+
+}  // namespace fp8route::kernels::wgmma
