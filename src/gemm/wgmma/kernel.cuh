@@ -10,7 +10,8 @@
 // - Two consumer warpgroups each own 64 rows of the 128-row tile: per K block, four
 //   wgmma.mma_async m64nkBNk32 into an fp32 accumulator started from zero, then the promotion
 //   total += acc * sa * sb in fp32 registers (full fp32 accumulation across K: the precise class).
-//   While one warpgroup promotes, the other's MMAs run, so the tensor cores stay busy.
+//   A warpgroup waits for its K block's MMAs before promoting them; the other warpgroup's MMAs may
+//   run meanwhile. That wait and the promotion are where this kernel loses to unscaled FP8.
 // - Register reconfiguration (setmaxnreg) moves registers from the producer to the consumers,
 //   which hold two fp32 copies of their 64 x kBN tile.
 // - With kCluster = 2, the two blocks of a cluster work on vertically adjacent tiles of the same
