@@ -47,11 +47,8 @@ int main() {
     cudaMalloc(&a, size_t(m) * k); cudaMalloc(&b, size_t(n) * k); cudaMalloc(&sa, size_t(kb) * m * 4); cudaMalloc(&sb, size_t((n + 127) / 128) * kb * 4); cudaMalloc(&out, size_t(m) * n * 2);
     fill<<<1024, 256>>>(a, size_t(m) * k, 1); fill<<<1024, 256>>>(b, size_t(n) * k, 2); fillf<<<64, 256>>>(sa, size_t(kb) * m); fillf<<<64, 256>>>(sb, size_t((n + 127) / 128) * kb);
     run<0, 8, 128, 6, 2>("product", m, n, k, a, b, sa, sb, out);
-    run<3, 8, 128, 6, 2>("two accumulators s6", m, n, k, a, b, sa, sb, out);
-    run<4, 8, 128, 6, 2>("turns", m, n, k, a, b, sa, sb, out);
-    run<4, 8, 128, 6, 1>("turns c1", m, n, k, a, b, sa, sb, out);
-    run<4, 8, 192, 5, 2>("turns n192", m, n, k, a, b, sa, sb, out);
-    run<2, 8, 128, 6, 2>("no promote, pipelined", m, n, k, a, b, sa, sb, out);
+    run<5, 8, 128, 6, 2>("n split", m, n, k, a, b, sa, sb, out);
+    run<5, 8, 128, 6, 1>("n split c1", m, n, k, a, b, sa, sb, out);
     cudaFree(a); cudaFree(b); cudaFree(sa); cudaFree(sb); cudaFree(out);
   }
 }
