@@ -211,6 +211,25 @@ TEST(GemmArgs, UnknownBackendsAndConfigsAreListed) {
   }
 }
 
+// The wgmma backend takes block scales only and says so for the other kinds on any machine; a block
+// problem it turns down only for a rule of its own (alignment, dtype) or for the GPU.
+TEST(GemmArgs, WgmmaRunsBlockScalesOnly) {
+  for (const std::string& c : gemm_configs("wgmma")) {
+    for (ScaleKind kind : {ScaleKind::tensor, ScaleKind::row})
+      EXPECT_NE(gemm_supports("wgmma", c, make_problem(4096, 4096, 4096, kind)).find("block scales only"),
+                std::string::npos)
+          << c;
+    GemmProblem p = make_problem(4096, 4096, 4096, ScaleKind::block);
+    const std::string why = gemm_supports("wgmma", c, p);
+    if (cuda_device_count() == 0) EXPECT_NE(why, "") << c << ": no GPU, yet supported";
+    p.align = 8;
+    EXPECT_NE(gemm_supports("wgmma", c, p), "") << c << " took 8-byte aligned operands";
+    p.align = 16;
+    p.out = DType::f32;
+    EXPECT_NE(gemm_supports("wgmma", c, p).find("out must be bf16 or f16"), std::string::npos) << c;
+  }
+}
+
 // gemm_describe: only a rank-named config (cuBLASLt's heuristicN) has anything to add, and only
 // with a GPU to ask; without one it is "" for every config (with one: test_gemm's
 // GemmBackends.DescribeNamesCuBlasLtAlgorithms). Unknown names are errors, as for gemm_supports.
