@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fp8route/error.h"
-#include "fp8route/gemm.h"
+#include "gemm/backend.h"
 
 namespace fp8route::tools {
 
@@ -54,12 +54,12 @@ inline std::vector<int64_t> parse_int_list(const std::string& s, const char* opt
   return v;
 }
 
-// The backends the tools time unless told otherwise: every backend of this build but the reference
-// kernel (the slow last resort, never a measured routing choice), comma-separated.
+// The backends the tools time unless told otherwise: every backend of this build but a
+// slow_fallback() one (the reference kernel: never a measured routing choice), comma-separated.
 inline std::string timed_backends() {
   std::string v;
-  for (const std::string& b : gemm_backends())
-    if (b != "reference") v += (v.empty() ? "" : ",") + b;
+  for (const gemm::GemmBackend* b : gemm::all_backends())
+    if (!b->slow_fallback()) v += (v.empty() ? "" : ",") + std::string(b->name());
   return v;
 }
 
