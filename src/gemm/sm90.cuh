@@ -1,9 +1,11 @@
 #pragma once
 // PTX wrappers shared by the hand-written SM90 kernels (decode, wgmma): shared-memory barriers,
 // tensor-memory-accelerator loads, cluster barriers and distributed shared memory, warp-level
-// FP8 MMA. Device code only; the kernels are built for sm_90a.
+// FP8 MMA, output element conversions. Device code only; the kernels are built for sm_90a.
 
 #include <cuda.h>  // CUtensorMap
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -83,6 +85,12 @@ __device__ __forceinline__ float ld_peer_f32(uint32_t local_addr, int rank) {
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
   return v;
 }
+
+// Output element conversions (bf16, f16), round to nearest.
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ void store_out(float v, __nv_bfloat16* p) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_out(float v, __half* p) { *p = __float2half_rn(v); }
 
 // Byte address of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows written by TMA
 // with the 128-byte swizzle (chunk index xor row mod 8, from a 1024-byte aligned base).

@@ -82,10 +82,6 @@ struct Traits {
   static_assert(kRows <= 128 || kRows % 128 == 0, "a block's rows span whole 128-row scale blocks");
 };
 
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ void store_out(float v, __nv_bfloat16* p) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store_out(float v, __half* p) { *p = __float2half_rn(v); }
 
 // What an output needs besides its sum: tensor/row scales (block scales were applied per K block)
 // and the bias. The weight side is loaded before griddepcontrol.wait, sa after it.

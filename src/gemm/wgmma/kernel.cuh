@@ -129,10 +129,6 @@ __device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) {
 __device__ __forceinline__ void store2(__half* p, float a, float b) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
 }
-__device__ __forceinline__ void store1(__nv_bfloat16* p, float a) { *p = __float2bfloat16_rn(a); }
-__device__ __forceinline__ void store1(__half* p, float a) { *p = __float2half_rn(a); }
-__device__ __forceinline__ float load_f(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float load_f(const __half* p) { return __half2float(*p); }
 
 // Byte offset of output element (row, col < 32) in a [64 rows x 64 B] staging box, 16-byte chunks
 // swizzled as the tensor map's 64-byte mode expects (chunk index xor bits 1-2 of the row).
@@ -229,36 +225,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = wg - 1;  // this warpgroup's 64-row half
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const int r_lo = 16 * warp + lane / 4;  // rows r_lo and r_lo + 8 of the half
-    float acc0[kRegs], total[kRegs];
+    float acc[kRegs], total[kRegs];
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i) acc0[i] = 0.f;
+    for (int i = 0; i < kRegs; ++i) acc[i] = 0.f;
     int s = 0;
     uint32_t phase = 0;
     uint32_t stored = 0;  // output boxes this warpgroup has stored
-    // Waits for ring slot s, reads its sa and issues its MMAs into acc (not waiting for them).
-    auto issue = [&](float (&acc)[kRegs], float& sa_lo, float& sa_hi) {
-      mbar_wait(full0 + 8 * s, phase);
-      sa_lo = sa_s[s * kBM + 64 * c + r_lo], sa_hi = sa_s[s * kBM + 64 * c + r_lo + 8];
-      const uint64_t da = smem_desc(base + T::kAOff + s * T::kATile + c * 64 * kBK);
-      const uint64_t db = smem_desc(base + T::kBOff + s * T::kBTile);
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i) fence_reg(acc[i]);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kBK / 32; ++k) Mma<kBN>::run(acc, da + 2 * k, db + 2 * k, k);
-      wgmma_commit();
-    };
-    // Releases ring slot `slot` in every block of the cluster (its a, b and sa are read).
-    auto release = [&](int slot) {
-      if (lane == 0) {
-        if constexpr (kCluster == 1) {
-          mbar_arrive(empty0 + 8 * slot);
-        } else {
-#pragma unroll
-          for (uint32_t q = 0; q < kCluster; ++q) mbar_arrive_cluster(empty0 + 8 * slot, q);
-        }
-      }
-    };
     for (int t = cluster_id; t < num_tiles; t += clusters) {
       int tm, tn;
       tile_coords(p, t, kCluster, tm, tn);
@@ -272,49 +244,47 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) total[i] = 0.f;
       float sb0_next = __ldg(sb0p), sb1_next = kOneScaleBlock ? 0.f : __ldg(sb1p);
-      // total += acc * sa * sb of K block kb; loads the next K block's sb first (after the slot's
-      // release, so that the arrive never waits for the load).
-      auto promote = [&](const float (&acc)[kRegs], float sa_lo, float sa_hi, int kb) {
+      for (int kb = 0; kb < p.kblocks; ++kb) {
+        // Ring slot s: its sa, then its MMAs, waited for.
+        mbar_wait(full0 + 8 * s, phase);
+        const float sa_lo = sa_s[s * kBM + 64 * c + r_lo], sa_hi = sa_s[s * kBM + 64 * c + r_lo + 8];
+        const uint64_t da = smem_desc(base + T::kAOff + s * T::kATile + c * 64 * kBK);
+        const uint64_t db = smem_desc(base + T::kBOff + s * T::kBTile);
+#pragma unroll
+        for (int i = 0; i < kRegs; ++i) fence_reg(acc[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < kBK / 32; ++k) Mma<kBN>::run(acc, da + 2 * k, db + 2 * k, k);
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < kRegs; ++i) fence_reg(acc[i]);
+        // The slot's a, b and sa are read: release it in every block of the cluster.
+        if (lane == 0) {
+          if constexpr (kCluster == 1) {
+            mbar_arrive(empty0 + 8 * s);
+          } else {
+#pragma unroll
+            for (uint32_t q = 0; q < kCluster; ++q) mbar_arrive_cluster(empty0 + 8 * s, q);
+          }
+        }
+        if (++s == kStages) s = 0, phase ^= 1;
+        // total += acc * sa * sb; the next K block's sb is loaded first, after the release, so
+        // that the arrive never waits for the load.
         const float sb0 = sb0_next, sb1 = sb1_next;
         if (kb + 1 < p.kblocks) {
           sb0_next = __ldg(sb0p + kb + 1);
           if (!kOneScaleBlock) sb1_next = __ldg(sb1p + kb + 1);
         }
-        const float s00 = sa_lo * sb0, s10 = sa_hi * sb0;
-        if constexpr (kOneScaleBlock) {
+        const float s00 = sa_lo * sb0, s10 = sa_hi * sb0, s01 = sa_lo * sb1, s11 = sa_hi * sb1;
 #pragma unroll
-          for (int j = 0; j < kBN / 8; ++j) {
-            total[4 * j + 0] = __fmaf_rn(acc[4 * j + 0], s00, total[4 * j + 0]);
-            total[4 * j + 1] = __fmaf_rn(acc[4 * j + 1], s00, total[4 * j + 1]);
-            total[4 * j + 2] = __fmaf_rn(acc[4 * j + 2], s10, total[4 * j + 2]);
-            total[4 * j + 3] = __fmaf_rn(acc[4 * j + 3], s10, total[4 * j + 3]);
-          }
-        } else {
-          const float s01 = sa_lo * sb1, s11 = sa_hi * sb1;
-#pragma unroll
-          for (int j = 0; j < kBN / 8; ++j) {
-            const bool second = 8 * j >= split;
-            const float lo = second ? s01 : s00, hi = second ? s11 : s10;
-            total[4 * j + 0] = __fmaf_rn(acc[4 * j + 0], lo, total[4 * j + 0]);
-            total[4 * j + 1] = __fmaf_rn(acc[4 * j + 1], lo, total[4 * j + 1]);
-            total[4 * j + 2] = __fmaf_rn(acc[4 * j + 2], hi, total[4 * j + 2]);
-            total[4 * j + 3] = __fmaf_rn(acc[4 * j + 3], hi, total[4 * j + 3]);
-          }
-        }
-      };
-      auto advance = [&] {
-        if (++s == kStages) s = 0, phase ^= 1;
-      };
-      {
-        for (int kb = 0; kb < p.kblocks; ++kb) {
-          float sa_lo, sa_hi;
-          issue(acc0, sa_lo, sa_hi);
-          wgmma_wait<0>();
-#pragma unroll
-          for (int i = 0; i < kRegs; ++i) fence_reg(acc0[i]);
-          release(s);
-          advance();
-          promote(acc0, sa_lo, sa_hi, kb);
+        for (int j = 0; j < kBN / 8; ++j) {
+          const bool second = !kOneScaleBlock && 8 * j >= split;
+          const float lo = second ? s01 : s00, hi = second ? s11 : s10;
+          total[4 * j + 0] = __fmaf_rn(acc[4 * j + 0], lo, total[4 * j + 0]);
+          total[4 * j + 1] = __fmaf_rn(acc[4 * j + 1], lo, total[4 * j + 1]);
+          total[4 * j + 2] = __fmaf_rn(acc[4 * j + 2], hi, total[4 * j + 2]);
+          total[4 * j + 3] = __fmaf_rn(acc[4 * j + 3], hi, total[4 * j + 3]);
         }
       }
       const OutT* bias = static_cast<const OutT*>(p.bias);
@@ -335,8 +305,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             float b0 = 0.f, b1 = 0.f;
             if (bias) {
               const int n = n0 + 32 * b + col;
-              if (n < p.n) b0 = load_f(bias + n);
-              if (n + 1 < p.n) b1 = load_f(bias + n + 1);
+              if (n < p.n) b0 = to_float(bias[n]);
+              if (n + 1 < p.n) b1 = to_float(bias[n + 1]);
             }
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -365,11 +335,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int n = n0 + 8 * j + 2 * (lane % 4);
             float v0 = total[4 * j + 2 * h], v1 = total[4 * j + 2 * h + 1];
             if (n + 1 < p.n) {
-              if (bias) v0 += load_f(bias + n), v1 += load_f(bias + n + 1);
+              if (bias) v0 += to_float(bias[n]), v1 += to_float(bias[n + 1]);
               store2(row + n, v0, v1);
             } else if (n < p.n) {
-              if (bias) v0 += load_f(bias + n);
-              store1(row + n, v0);
+              if (bias) v0 += to_float(bias[n]);
+              store_out(v0, row + n);
             }
           }
         }

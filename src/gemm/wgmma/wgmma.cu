@@ -112,8 +112,7 @@ class WgmmaBackend final : public GemmBackend {
 
   int m_tile(int /*config*/) const override { return wk::kBM; }
 
-  std::string supports(const GemmProblem& p, int config) const override {
-    (void)config;
+  std::string supports(const GemmProblem& p, int /*config*/) const override {
     if (p.scale != ScaleKind::block) return "runs block scales only (1x128 scale_a, 128x128 scale_b)";
     if (std::string why = common_fast_path_reason(p); !why.empty()) return why;
     if (p.out != DType::bf16 && p.out != DType::f16) return "out must be bf16 or f16";
