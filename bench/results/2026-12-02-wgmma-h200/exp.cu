@@ -39,20 +39,35 @@ void run(const char* name, int m, int n, int k, uint8_t* a, uint8_t* b, float* s
   }
   printf("%-28s %5dx%5dx%5d: %7.1f us %5.0f TFLOP/s  (%s)\n", name, m, n, k, best * 1e3, 2.0 * m * n * k / (best * 1e-3) / 1e12, cudaGetErrorString(cudaGetLastError()));
 }
-int main() {
+// The variant sets of the recorded runs: 1 -> diagnostics.txt, 2 -> diagnostics2.txt, 3 -> diagnostics3.txt.
+int main(int argc, char** argv) {
+  const int set = argc > 1 ? atoi(argv[1]) : 1;
   int shapes[][3] = {{8192, 4096, 4096}, {8192, 28672, 4096}, {8192, 8192, 28672}};
   for (auto& s : shapes) {
     int m = s[0], n = s[1], k = s[2]; int kb = (k + 127) / 128;
     uint8_t *a, *b; float *sa, *sb; void* out;
     cudaMalloc(&a, size_t(m) * k); cudaMalloc(&b, size_t(n) * k); cudaMalloc(&sa, size_t(kb) * m * 4); cudaMalloc(&sb, size_t((n + 127) / 128) * kb * 4); cudaMalloc(&out, size_t(m) * n * 2);
     fill<<<1024, 256>>>(a, size_t(m) * k, 1); fill<<<1024, 256>>>(b, size_t(n) * k, 2); fillf<<<64, 256>>>(sa, size_t(kb) * m); fillf<<<64, 256>>>(sb, size_t((n + 127) / 128) * kb);
-    run<0, 8, 128, 6, 2>("product g8", m, n, k, a, b, sa, sb, out);
-    run<1, 8, 128, 6, 2>("no promote math", m, n, k, a, b, sa, sb, out);
-    run<2, 8, 128, 6, 2>("no promote, pipelined", m, n, k, a, b, sa, sb, out);
-    run<0, 4, 128, 6, 2>("product g4", m, n, k, a, b, sa, sb, out);
-    run<0, 16, 128, 6, 2>("product g16", m, n, k, a, b, sa, sb, out);
-    run<0, 32, 128, 6, 2>("product g32", m, n, k, a, b, sa, sb, out);
-    run<2, 8, 192, 5, 2>("no promote, pipelined n192", m, n, k, a, b, sa, sb, out);
+    if (set == 1) {
+      run<0, 8, 128, 6, 2>("product g8", m, n, k, a, b, sa, sb, out);
+      run<1, 8, 128, 6, 2>("no promote math", m, n, k, a, b, sa, sb, out);
+      run<2, 8, 128, 6, 2>("no promote, pipelined", m, n, k, a, b, sa, sb, out);
+      run<0, 4, 128, 6, 2>("product g4", m, n, k, a, b, sa, sb, out);
+      run<0, 16, 128, 6, 2>("product g16", m, n, k, a, b, sa, sb, out);
+      run<0, 32, 128, 6, 2>("product g32", m, n, k, a, b, sa, sb, out);
+      run<2, 8, 192, 5, 2>("no promote, pipelined n192", m, n, k, a, b, sa, sb, out);
+    } else if (set == 2) {
+      run<0, 8, 128, 6, 2>("product", m, n, k, a, b, sa, sb, out);
+      run<3, 8, 128, 6, 2>("two accumulators s6", m, n, k, a, b, sa, sb, out);
+      run<4, 8, 128, 6, 2>("turns", m, n, k, a, b, sa, sb, out);
+      run<4, 8, 128, 6, 1>("turns c1", m, n, k, a, b, sa, sb, out);
+      run<4, 8, 192, 5, 2>("turns n192", m, n, k, a, b, sa, sb, out);
+      run<2, 8, 128, 6, 2>("no promote, pipelined", m, n, k, a, b, sa, sb, out);
+    } else {
+      run<0, 8, 128, 6, 2>("product", m, n, k, a, b, sa, sb, out);
+      run<5, 8, 128, 6, 2>("n split", m, n, k, a, b, sa, sb, out);
+      run<5, 8, 128, 6, 1>("n split c1", m, n, k, a, b, sa, sb, out);
+    }
     cudaFree(a); cudaFree(b); cudaFree(sa); cudaFree(sb); cudaFree(out);
   }
 }
