@@ -57,12 +57,14 @@ def test_env_overrides_win(tmp_path):
     assert missing in info["routing_table_load_error"], info
 
 
-@pytest.mark.parametrize("name,text", [
+# Test ids are the names: pytest puts the id in the child's environment (PYTEST_CURRENT_TEST), and one
+# holding the 200 kB text fails the child's exec with E2BIG.
+@pytest.mark.parametrize("name,text", [pytest.param(name, text, id=name) for name, text in [
     ("overflow", '{"format": "fp8route-routing-table", "version": 1e400}'),
     ("deep", '{"format": "fp8route-routing-table", "version": ' + "[" * 100000 + "]" * 100000 + "}"),
     ("utf8", b'{"format": "\xff\xfe"}'),
     ("version", '{"format": "fp8route-routing-table", "version": 4294967297}'),
-])
+]])
 def test_bad_table_is_a_load_error_in_info_json(tmp_path, name, text):
     path = tmp_path / f"{name}.json"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -80,9 +82,11 @@ def ffi_lib():
 
 
 def python_json(code, env):
-    """What `code` prints as JSON, run in a fresh process (the table is read on first use)."""
+    """What `code` prints as JSON, run in a fresh process (the table is read on first use; the
+    package from this tree, its dependencies from where this process found them)."""
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       env={**env, "PYTHONPATH": os.path.join(ROOT, "python")})
+                       env={**env, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "python"), *inherited])})
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout)
 
