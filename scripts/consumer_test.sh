@@ -4,6 +4,7 @@
 #   consumer  configures, builds and runs tests/consumer against it (find_package(fp8route), the
 #             exported target's headers and link dependencies; the program loads the shipped table
 #             from <prefix>/share/fp8route, named by FP8ROUTE_DATA_DIR, and routes a problem);
+#   example   builds examples/cpp against it, and runs it (example-run) where there is an SM90 GPU;
 #   cli       runs the installed <prefix>/bin/fp8route info, which must find <prefix>/share/fp8route
 #             by itself.
 # No GPU needed; well under a minute on two cores (the build tree is only installed, not built).
@@ -52,6 +53,18 @@ if step install cmake --install "$build" --prefix "$prefix"; then
     cmake -S "$1/tests/consumer" -B "$2/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$3" &&
     cmake --build "$2/consumer" &&
     FP8ROUTE_DATA_DIR="$4" "$2/consumer/consumer" "$4/routes/h200.json"' _ "$root" "$work" "$prefix" "$data"
+  # examples/cpp, the README's C++ example as a program: built here; run where there is an SM90 GPU
+  # (it exits 2 without one, counted as skipped).
+  if step example bash -c '
+    cmake -S "$1/examples/cpp" -B "$2/example" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$3" &&
+    cmake --build "$2/example"' _ "$root" "$work" "$prefix"; then
+    FP8ROUTE_DATA_DIR="$data" "$work/example/linear" 4 >"$work/example-run.log" 2>&1
+    if [ $? -eq 2 ]; then
+      skip example-run "$(head -1 "$work/example-run.log")"
+    else
+      step example-run env FP8ROUTE_DATA_DIR="$data" "$work/example/linear" 4
+    fi
+  fi
   if [ -x "$prefix/bin/fp8route" ]; then
     step cli bash -c '
       env -u FP8ROUTE_DATA_DIR -u FP8ROUTE_SOURCE_DIR -u FP8ROUTE_TABLE "$1/bin/fp8route" info | tee /dev/stderr |
@@ -61,6 +74,7 @@ if step install cmake --install "$build" --prefix "$prefix"; then
   fi
 else
   skip consumer "the install failed"
+  skip example "the install failed"
   skip cli "the install failed"
 fi
 if [ -n "$junit" ]; then
