@@ -519,6 +519,8 @@ TEST(DecodeBackend, DependentLaunchChainReadsEachStepsActivations) {
       }
       cudaStream_t stream;
       ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      // The fills ran on the legacy stream, which a non-blocking stream does not wait for.
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       auto steps = [&] {
         for (int s = 0; s < kSteps; ++s) {
           copy_codes<<<264, 256, 0, stream>>>(src[s].as<uint8_t>(), static_cast<uint8_t*>(a.a.data), abytes);
@@ -531,7 +533,7 @@ TEST(DecodeBackend, DependentLaunchChainReadsEachStepsActivations) {
       std::vector<std::vector<uint8_t>> want;
       for (int s = 0; s < kSteps; ++s) want.push_back(download(out[s].data(), obytes));
       set_programmatic_dependent_launch(true);
-      for (int s = 0; s < kSteps; ++s) ASSERT_EQ(cudaMemset(out[s].data(), 0xFF, obytes), cudaSuccess);
+      for (int s = 0; s < kSteps; ++s) ASSERT_EQ(cudaMemsetAsync(out[s].data(), 0xFF, obytes, stream), cudaSuccess);
       steps();  // eager with PDL
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       for (int s = 0; s < kSteps; ++s)
@@ -544,7 +546,7 @@ TEST(DecodeBackend, DependentLaunchChainReadsEachStepsActivations) {
       ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
       ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
       for (int rep = 0; rep < 3; ++rep) {
-        for (int s = 0; s < kSteps; ++s) ASSERT_EQ(cudaMemset(out[s].data(), 0xFF, obytes), cudaSuccess);
+        for (int s = 0; s < kSteps; ++s) ASSERT_EQ(cudaMemsetAsync(out[s].data(), 0xFF, obytes, stream), cudaSuccess);
         ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         for (int s = 0; s < kSteps; ++s)
