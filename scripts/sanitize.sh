@@ -58,8 +58,8 @@ QUICK[test_norm]="${RACE[test_norm]}"
 # Every config of every backend: AllConfigsExactOnSmallIntegers (quick: each once per scale kind and
 # output dtype); the reference kernel: GemmReference; workspaces under capture, element-aligned
 # scales, PDL chains of the decode backend, LinearPlan's scale forms.
-FULL[test_gemm]="GemmReference.MatchesCpuReference:GemmBackends.AllConfigsExactOnSmallIntegers:GemmBackends.OddShapesRouteToACorrectBackend:GemmBackends.FirstCallOnAStreamUnderCapture:GemmBackends.ElementAlignedScalesAndBiasRunOnFastBackends:DecodeBackend.DependentLaunchChainReadsEachStepsActivations:LinearPlanGpu.RunsTheReportedRouteWithItsScaleForm"
-RACE[test_gemm]="GemmReference.MatchesCpuReference:GemmBackends.AllConfigsExactOnSmallIntegers:GemmBackends.FirstCallOnAStreamUnderCapture"
+FULL[test_gemm]="GemmReference.MatchesCpuReference:GemmBackends.AllConfigsExactOnSmallIntegers:WgmmaBackend.EdgesOfEveryConfig:GemmBackends.OddShapesRouteToACorrectBackend:GemmBackends.FirstCallOnAStreamUnderCapture:GemmBackends.ElementAlignedScalesAndBiasRunOnFastBackends:DecodeBackend.DependentLaunchChainReadsEachStepsActivations:LinearPlanGpu.RunsTheReportedRouteWithItsScaleForm"
+RACE[test_gemm]="GemmReference.MatchesCpuReference:GemmBackends.AllConfigsExactOnSmallIntegers:GemmBackends.FirstCallOnAStreamUnderCapture:WgmmaBackend.EdgesOfEveryConfig"
 # initcheck: the prepared and staged scale copies (LinearPlan); synccheck: the PDL chain. Memcheck
 # alone takes the element-aligned scales and the odd shapes.
 BY_TOOL["initcheck test_gemm"]="${RACE[test_gemm]}:LinearPlanGpu.RunsTheReportedRouteWithItsScaleForm"
