@@ -4,6 +4,8 @@ import torch
 
 from . import ops, torch_ops
 from ._native import lib, plain
+from .ops import _bits, _compiling
+from .torch_ops import linear_forward
 
 _ACTS = ("row", "tensor", "block")
 
@@ -49,6 +51,11 @@ class Fp8Linear(torch.nn.Module):
         self.plan = lib.linear_plan_create(ops._bits(weight), self.weight_scale, act, ops._out_name(out_dtype), bias,
                                            self.accum)
         self.plan_key = torch_ops.plan_key(self.plan)
+        # What an eager call reads, fixed with the plan: N and K (the C++ plan took a 2-D weight) without
+        # the buffer lookup of nn.Module.__getattr__, and forward's arguments in one attribute (each
+        # attribute read of a Module goes through its __getattr__ hook's slow path).
+        self._n, self._k = weight.shape
+        self._eager = (self.plan, self._n, act, out_dtype)
 
     @classmethod
     def from_float(cls, weight, act="row", out_dtype=torch.bfloat16, bias=None, accum=None, use_fast_accum=None):
@@ -66,9 +73,10 @@ class Fp8Linear(torch.nn.Module):
         return cls(q, s, act, out_dtype, bias, accum, use_fast_accum)
 
     def forward(self, x):
-        if ops._compiling():  # traced: the op, which a graph holds (eager: no dispatcher)
+        if _compiling():  # traced: the op, which a graph holds (eager: no dispatcher)
             return torch.ops.fp8route.linear(x, self.weight, self.plan_key, self.act, self.out_dtype)
-        return torch_ops.linear_forward(self.plan, x, self.weight.shape[0], self.act, self.out_dtype)
+        plan, n, act, out_dtype = self._eager
+        return linear_forward(plan, x, n, act, out_dtype)
 
     def forward_quantized(self, q, s):
         """The GEMM on activations quantized already, for a producer that fuses the quantization
@@ -79,11 +87,18 @@ class Fp8Linear(torch.nn.Module):
         or any other [M, ceil(K/128)] view (the row_major layout), gathered on the stream. Returns
         [M, N] in out_dtype; the C++ plan checks the scale's shape against the act kind (a
         ValueError naming the scale)."""
-        if q.dim() != 2 or q.shape[1] != self.weight.shape[1]:
-            raise ValueError(f"q: expected [M, {self.weight.shape[1]}], got {tuple(q.shape)}")
-        if ops._compiling():
+        if q.dim() != 2:
+            raise ValueError(f"q: expected [M, {self._k}], got {tuple(q.shape)}")
+        m, k = q.shape
+        if k != self._k:
+            raise ValueError(f"q: expected [M, {self._k}], got {tuple(q.shape)}")
+        if _compiling():
             return torch.ops.fp8route.linear_quantized(q, s, self.weight, self.plan_key, self.out_dtype)
-        return torch_ops.linear_quantized_forward(self.plan, q, s, self.weight.shape[0], self.out_dtype)
+        # linear_quantized_forward (the op's implementation) inlined: q's shape is read once per call
+        plan, n, _, out_dtype = self._eager
+        y = torch.empty(size=(m, n), dtype=out_dtype, device=q.device)
+        plan.run(_bits(q), s, y)
+        return y
 
     def route(self, m):
         """The backend/config a call with m rows runs."""

@@ -12,6 +12,13 @@ try:
 except ImportError:  # the ops still work on any DLPack tensor, given out=
     torch = None
 
+# An eager call's Python work is host time on every call (eager prefill pays it; bench/python_bench.py
+# --overhead measures it), so the eager paths allocate with torch.empty(size=...) (the keyword form
+# parses faster than a positional shape) and precomputed dtypes, read a tensor's shape and device
+# once, pass float8 tensors as they are where DLPack carries them (_bits), and test the common case,
+# `type(x) is _Tensor`, before the general checks.
+_Tensor = torch.Tensor if torch is not None else ()  # isinstance(x, ()) is False
+
 
 # True while torch.compile traces the caller (the call must then be a torch op), else False; dynamo
 # reads this very function as a constant. About 0.1 us per eager call.
@@ -31,18 +38,51 @@ def _into(out, results):
 
 _CODE_DTYPES = {"e4m3": "float8_e4m3fn", "i8": "int8"}
 _OUT_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "half": "f16"}
-_TORCH_OUT = {"bf16": torch.bfloat16, "f16": torch.float16} if torch is not None else {}
+if torch is not None:
+    _TORCH_OUT = {"bf16": torch.bfloat16, "f16": torch.float16}
+    _TORCH_DTYPES = {"float8_e4m3fn": torch.float8_e4m3fn, "int8": torch.int8, "f32": torch.float32,
+                     "i32": torch.int32, "bf16": torch.bfloat16, "f16": torch.float16}
+    _F32 = torch.float32
+    # out_dtype forms read without the general parse (None: the default, bf16)
+    _OUT_FAST = {None: "bf16", "bf16": "bf16", "f16": "f16", torch.bfloat16: "bf16", torch.float16: "f16"}
+else:
+    _TORCH_OUT = _TORCH_DTYPES = {}
+    _OUT_FAST = {None: "bf16", "bf16": "bf16", "f16": "f16"}
 
 
 def _is_torch(x):
-    return torch is not None and isinstance(x, torch.Tensor)
+    return isinstance(x, _Tensor)
 
 
-def _bits(t):
-    """float8_e4m3fn torch tensors go over DLPack as their uint8 bits (the C++ side reads them as E4M3)."""
+def _float8_passes():
+    """Whether torch float8_e4m3fn tensors reach the native module as float8_e4m3fn over DLPack (torch
+    exports that code, tvm-ffi carries it: the C++ side takes it as E4M3), checked once by a round
+    trip of an empty tensor through a tvm-ffi call; if not, they go as a uint8 view of their bits."""
+    if torch is None:
+        return False
+    try:
+        import tvm_ffi
+        t = torch.empty(0, dtype=torch.float8_e4m3fn)
+        back = tvm_ffi.get_global_func("ffi.Array")(t)[0]
+        return str(tvm_ffi.from_dlpack(t).dtype) == "float8_e4m3fn" and back.dtype == torch.float8_e4m3fn
+    except Exception:  # an older torch or tvm-ffi: the uint8 view
+        return False
+
+
+def _view_bits(t):
+    """float8_e4m3fn torch tensors as their uint8 bits (the C++ side reads uint8 as E4M3)."""
     if _is_torch(t) and t.dtype == torch.float8_e4m3fn:
         return t.view(torch.uint8)
     return t
+
+
+def _as_is(t):
+    return t
+
+
+# What the native module gets for an E4M3 tensor: the tensor itself where float8_e4m3fn passes over
+# DLPack (no view per call), else its uint8 bits.
+_bits = _as_is if _float8_passes() else _view_bits
 
 
 def _out_name(out_dtype):
@@ -54,12 +94,13 @@ def _out_name(out_dtype):
     return name
 
 
+_NOT_TORCH = "out: required when the input is not a torch tensor (fp8route allocates with torch)"
+
+
 def _empty(like, shape, dtype, zero=False):
     if not _is_torch(like):
-        raise ValueError("out: required when the input is not a torch tensor (fp8route allocates with torch)")
-    tdtype = {"float8_e4m3fn": torch.float8_e4m3fn, "int8": torch.int8, "f32": torch.float32,
-              "i32": torch.int32, "bf16": torch.bfloat16, "f16": torch.float16}[dtype]
-    return (torch.zeros if zero else torch.empty)(tuple(shape), dtype=tdtype, device=like.device)
+        raise ValueError(_NOT_TORCH)
+    return (torch.zeros if zero else torch.empty)(size=tuple(shape), dtype=_TORCH_DTYPES[dtype], device=like.device)
 
 
 @functools.lru_cache(maxsize=4096, typed=True)
@@ -91,6 +132,8 @@ def _group_outputs(x, tokens, hidden, experts, group_size, dtype, rounding, stor
 
 
 def _check_ndim(x, ndim, name, form):
+    """The rank check of a public function (which tests `type(x) is _Tensor and x.dim() == ndim`
+    inline first, the common case, and calls this otherwise)."""
     if len(x.shape) != ndim:
         raise ValueError(f"{name}: expected {form}, got shape {tuple(x.shape)}")
 
@@ -108,7 +151,8 @@ def _group_quant(x, group_size, dtype, rounding, storage, layout, out, fused):
 def per_token_group_quant(x, group_size=128, dtype="e4m3", rounding="none", storage="f32", layout="row_major",
                           out=None):
     """x [T, H] -> (q [T, H], s): one scale per group of `group_size` along H (see quant_layout)."""
-    _check_ndim(x, 2, "x", "[T, H]")
+    if type(x) is not _Tensor or x.dim() != 2:
+        _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
         return _into(out, torch.ops.fp8route.per_token_group_quant(x, group_size, dtype, rounding, storage, layout,
                                                                    False))
@@ -118,7 +162,8 @@ def per_token_group_quant(x, group_size=128, dtype="e4m3", rounding="none", stor
 def silu_and_mul_per_token_group_quant(x, group_size=128, dtype="e4m3", rounding="none", storage="f32",
                                        layout="row_major", out=None):
     """x [T, 2H] -> silu(x[:, :H]) * x[:, H:] quantized per group: (q [T, H], s)."""
-    _check_ndim(x, 2, "x", "[T, 2H]")
+    if type(x) is not _Tensor or x.dim() != 2:
+        _check_ndim(x, 2, "x", "[T, 2H]")
     if _compiling():
         return _into(out, torch.ops.fp8route.per_token_group_quant(x, group_size, dtype, rounding, storage, layout,
                                                                    True))
@@ -137,7 +182,8 @@ def masked_per_token_group_quant(x, masked_m, group_size=128, dtype="e4m3", roun
                                  layout="row_major", out=None, fused=False):
     """x [E, T_pad, H] (fused: [E, T_pad, 2H]), masked_m int32 [E]: rows t >= masked_m[e] are neither
     read nor written. Returns (q [E, T_pad, H], s)."""
-    _check_ndim(x, 3, "x", "[E, T_pad, H]")
+    if type(x) is not _Tensor or x.dim() != 3:
+        _check_ndim(x, 3, "x", "[E, T_pad, H]")
     if _compiling():
         return _into(out, torch.ops.fp8route.masked_per_token_group_quant(x, masked_m, group_size, dtype, rounding,
                                                                           storage, layout, bool(fused)))
@@ -160,7 +206,8 @@ def scatter_per_token_group_quant(x, src2dst, rows, group_size=128, dtype="e4m3"
     """x [T, H], src2dst int32 [T, topk] (-1 = skip): each token quantized once and written to its
     destination rows of q [rows, H] and s (layout of rows x H). Allocated outputs start zeroed
     (rows no token maps to are not written)."""
-    _check_ndim(x, 2, "x", "[T, H]")
+    if type(x) is not _Tensor or x.dim() != 2:
+        _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
         if out is not None:  # rows no token maps to keep what out held
             raise ValueError("out: not taken by scatter_per_token_group_quant under torch.compile (the op "
@@ -172,16 +219,24 @@ def scatter_per_token_group_quant(x, src2dst, rows, group_size=128, dtype="e4m3"
 
 def _token_quant(x, dtype, rounding, out, fused):
     if out is None:
-        out = (_empty(x, (x.shape[0], x.shape[1] // 2 if fused else x.shape[1]), _CODE_DTYPES[dtype]),
-               _empty(x, (x.shape[0],), "f32"))
-    q, s = out
+        shape = x.shape
+        t, h = shape[0], shape[1] // 2 if fused else shape[1]
+        code = _CODE_DTYPES[dtype]
+        if not isinstance(x, _Tensor):
+            raise ValueError(_NOT_TORCH)
+        device = x.device
+        q = torch.empty(size=(t, h), dtype=_TORCH_DTYPES[code], device=device)
+        s = torch.empty(size=(t,), dtype=_F32, device=device)
+    else:
+        q, s = out
     lib.per_token_quant(x, _bits(q), s, rounding, fused)
     return q, s
 
 
 def per_token_quant(x, dtype="e4m3", rounding="none", out=None):
     """x [T, H] -> (q [T, H], s f32 [T]): one scale per row."""
-    _check_ndim(x, 2, "x", "[T, H]")
+    if type(x) is not _Tensor or x.dim() != 2:
+        _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
         return _into(out, torch.ops.fp8route.per_token_quant(x, dtype, rounding, False))
     return _token_quant(x, dtype, rounding, out, False)
@@ -190,7 +245,8 @@ def per_token_quant(x, dtype="e4m3", rounding="none", out=None):
 def silu_and_mul_per_token_quant(x, dtype="e4m3", rounding="none", out=None):
     """x [T, 2H] -> act = silu(x[:, :H]) * x[:, H:] in fp32 -> (q [T, H], s f32 [T]), one scale per row
     (the input of a down projection with per-token scales, in one kernel)."""
-    _check_ndim(x, 2, "x", "[T, 2H]")
+    if type(x) is not _Tensor or x.dim() != 2:
+        _check_ndim(x, 2, "x", "[T, 2H]")
     if _compiling():
         return _into(out, torch.ops.fp8route.per_token_quant(x, dtype, rounding, True))
     return _token_quant(x, dtype, rounding, out, True)
@@ -226,8 +282,11 @@ def _norm_call(x, weight, eps, residual, residual_out, q, s, quant, group_size=1
     return residual_out
 
 
+_NAME_OF = {torch.bfloat16: "bf16", torch.float16: "f16"} if torch is not None else {}
+
+
 def _name_of(x):
-    return {torch.bfloat16: "bf16", torch.float16: "f16"}.get(x.dtype, "bf16") if _is_torch(x) else "bf16"
+    return _NAME_OF.get(x.dtype, "bf16") if isinstance(x, _Tensor) else "bf16"
 
 
 def _norm_result(r, out, residual_out, residual):
@@ -255,7 +314,8 @@ def rms_norm(x, weight, eps=1e-6, residual=None, out=None, residual_out=None):
     """y = rms_norm(h) * weight with h = x, or h = x + residual (rounded to x's dtype) when residual
     is given: x, residual [T, H] bf16/f16, weight [H]. Returns y, or (y, h) with a residual.
     out=x and residual_out=residual are allowed (in place, as engines' fused_add_rms_norm)."""
-    _check_ndim(x, 2, "x", "[T, H]")
+    if type(x) is not _Tensor or x.dim() != 2:
+        _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
         return _norm_result(torch.ops.fp8route.rms_norm(x, weight, eps, residual), out, residual_out, residual)
     y, h = _rms_norm(x, weight, eps, residual, out, residual_out)
@@ -272,7 +332,8 @@ def rms_norm_per_token_group_quant(x, weight, eps=1e-6, residual=None, residual_
                                    dtype="e4m3", rounding="none", storage="f32", layout="row_major", out=None):
     """rms_norm (as rms_norm()) fused with per_token_group_quant of its output: (q, s), or (q, s, h)
     with a residual. Codes and scales equal rms_norm() then per_token_group_quant(), bit for bit."""
-    _check_ndim(x, 2, "x", "[T, H]")
+    if type(x) is not _Tensor or x.dim() != 2:
+        _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
         r = torch.ops.fp8route.rms_norm_per_token_group_quant(x, weight, eps, residual, group_size, dtype, rounding,
                                                               storage, layout)
@@ -291,7 +352,8 @@ def _rms_norm_token_quant(x, weight, eps, residual, residual_out, dtype, roundin
 def rms_norm_per_token_quant(x, weight, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", rounding="none",
                              out=None):
     """rms_norm fused with per_token_quant: (q [T, H], s f32 [T]), or (q, s, h) with a residual."""
-    _check_ndim(x, 2, "x", "[T, H]")
+    if type(x) is not _Tensor or x.dim() != 2:
+        _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
         r = torch.ops.fp8route.rms_norm_per_token_quant(x, weight, eps, residual, dtype, rounding)
         return _norm_result(r, out, residual_out, residual)
@@ -307,7 +369,8 @@ def _rms_norm_tensor_quant(x, weight, scale, eps, residual, residual_out, dtype,
 def rms_norm_per_tensor_quant(x, weight, scale, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", out=None):
     """rms_norm fused with per-tensor quant by a static scale (f32 [1] on the device): q, or (q, h)
     with a residual. (A dynamic scale needs the whole tensor first: rms_norm() then per_tensor_quant().)"""
-    _check_ndim(x, 2, "x", "[T, H]")
+    if type(x) is not _Tensor or x.dim() != 2:
+        _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
         r = torch.ops.fp8route.rms_norm_per_tensor_quant(x, weight, scale, eps, residual, dtype)
         return _norm_result(r, out, residual_out, residual)
@@ -338,7 +401,8 @@ def decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, nu
     1 / sqrt(D). Returns out [B, Hq * D]. A position outside [0, S) writes nothing and gives NaN."""
     if _is_torch(positions) and positions.dtype == torch.int64:
         positions = positions.to(torch.int32)
-    _check_ndim(qkv, 2, "qkv", "[B, (Hq + 2 Hk) * D]")
+    if type(qkv) is not _Tensor or qkv.dim() != 2:
+        _check_ndim(qkv, 2, "qkv", "[B, (Hq + 2 Hk) * D]")
     if (q_norm is None) != (k_norm is None):
         raise ValueError("q_norm, k_norm: give both or neither")
     if _compiling():
@@ -353,14 +417,15 @@ def _b_cols(a, b):
     """N of a scaled_mm: b is [N, K] with unit last stride, or its [K, N] transpose view with unit
     first stride (where both fit, K == N, the strides decide), as check_scaled_mm reads it (gemm.h).
     A b that is neither gets its first dim here and the C++ error naming b."""
-    if not _is_torch(b) or len(b.shape) != 2 or len(a.shape) != 2:
-        return b.shape[0] if len(b.shape) else 0
+    b_shape = b.shape
+    if not isinstance(b, _Tensor) or len(b_shape) != 2 or len(a.shape) != 2:
+        return b_shape[0] if len(b_shape) else 0
     k = a.shape[1]
-    if b.shape[1] == k and (b.stride(1) == 1 or k <= 1):
-        return b.shape[0]
-    if b.shape[0] == k and (b.stride(0) == 1 or k <= 1):
-        return b.shape[1]
-    return b.shape[0]
+    if b_shape[1] == k and (b.stride(1) == 1 or k <= 1):
+        return b_shape[0]
+    if b_shape[0] == k and (b.stride(0) == 1 or k <= 1):
+        return b_shape[1]
+    return b_shape[0]
 
 
 def _is_dtype(x):
@@ -399,13 +464,16 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale=None, out
     fastest (explain() says which). accum: "fast" (None, the default: every backend config may run
     it) or "precise" (only configs that sum each 128 of K in fp32: torch._scaled_mm's default
     arithmetic); use_fast_accum=True/False is torch._scaled_mm's spelling of the same choice."""
-    if _is_dtype(bias):
+    if bias is not None and type(bias) is not _Tensor and _is_dtype(bias):
         if _is_dtype(out_dtype):
             raise ValueError(f"bias: a tensor or None, got {bias!r} (and out_dtype={out_dtype!r})")
         bias, out_dtype = out_dtype, bias
-    name = _out_name("bf16" if out_dtype is None else out_dtype)
+    try:
+        name = _OUT_FAST.get(out_dtype) or _out_name(out_dtype)
+    except TypeError:  # unhashable: _out_name names it
+        name = _out_name(out_dtype)
     kind = "auto" if scale is None else scale
-    acc = _accum(accum, use_fast_accum)
+    acc = "fast" if accum is None and use_fast_accum is None else _accum(accum, use_fast_accum)
     if _compiling():
         return _into(out, torch.ops.fp8route.scaled_mm(a, b, scale_a, scale_b, bias, _TORCH_OUT[name], kind, acc))
     return _scaled_mm(a, b, scale_a, scale_b, bias, name, kind, out, acc)
@@ -413,7 +481,10 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale=None, out
 
 def _scaled_mm(a, b, scale_a, scale_b, bias, name, kind, out, accum="fast"):
     if out is None:
-        out = _empty(a, (a.shape[0], _b_cols(a, b)), name)
+        m, n = a.shape[0], _b_cols(a, b)
+        if not isinstance(a, _Tensor):
+            raise ValueError(_NOT_TORCH)
+        out = torch.empty(size=(m, n), dtype=_TORCH_DTYPES[name], device=a.device)
     if bias is None:
         lib.scaled_mm(_bits(a), _bits(b), scale_a, scale_b, out, kind, accum)
     else:

@@ -46,6 +46,8 @@ def _define(schema, fake):
 
 _CODE = {"e4m3": torch.float8_e4m3fn, "i8": torch.int8}
 _OUT = {torch.bfloat16: "bf16", torch.float16: "f16"}
+_F8, _F32 = torch.float8_e4m3fn, torch.float32
+_ACCUMS = frozenset(ops._ACCUMS)
 
 
 def _out_name(dtype):
@@ -56,19 +58,22 @@ def _out_name(dtype):
 # Fp8Linear's plans
 # ------------------------------------------------------------------------------------------------
 
-_plans = weakref.WeakValueDictionary()
+# key -> weakref.ref(plan); the ref's callback drops the entry when the plan goes (a plain dict of
+# refs: one lookup and one call per op call, fewer than WeakValueDictionary.get's).
+_plans = {}
 _keys = itertools.count(1)
 
 
 def plan_key(plan):
     """A new key for `plan` (held weakly: the caller keeps the plan alive)."""
     key = next(_keys)
-    _plans[key] = plan
+    _plans[key] = weakref.ref(plan, lambda _, key=key, plans=_plans: plans.pop(key, None))
     return key
 
 
 def _plan(key):
-    plan = _plans.get(key)
+    ref = _plans.get(key)
+    plan = ref() if ref is not None else None
     if plan is None:
         raise ValueError(f"plan: no live LinearPlan has key {key} (its Fp8Linear is gone; keys are never reused)")
     return plan
@@ -76,23 +81,35 @@ def _plan(key):
 
 def linear_forward(plan, x, n, act, out_dtype):
     """Fp8Linear's forward: x [..., K] quantized for the plan's activation scale kind, then the plan's
-    routed GEMM -> [..., n] in out_dtype."""
-    k = x.shape[-1]
-    x2 = x.reshape(-1, k)
+    routed GEMM -> [..., n] in out_dtype. An x of [M, K] (K > 0) is used as it is (no reshape in,
+    no view out); act "row" allocates and quantizes here, without the generic helper's checks."""
+    shape = x.shape
+    flat = len(shape) == 2 and shape[1] != 0
+    x2 = x if flat else x.reshape(-1, shape[-1])
     if act == "row":
-        q, s = ops._token_quant(x2, "e4m3", "none", None, False)
-    elif act == "tensor":
-        q, s = ops._tensor_quant(x2, None, "e4m3", None)
-    else:  # block: 1x128 groups, scales [ceil(K/128), align(M, 4)] as the block GEMM reads them
-        q, s = ops._group_quant(x2, 128, "e4m3", "none", "f32", "col_major_tma", None, False)
-    y = torch.empty((x2.shape[0], n), dtype=out_dtype, device=x.device)
-    plan.run(q.view(torch.uint8), s, y)
-    return y.view(*x.shape[:-1], n)
+        m, k = x2.shape if not flat else shape
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(ops._NOT_TORCH)
+        device = x.device
+        q = torch.empty(size=(m, k), dtype=_F8, device=device)
+        s = torch.empty(size=(m,), dtype=_F32, device=device)
+        qb = ops._bits(q)
+        ops.lib.per_token_quant(x2, qb, s, "none", False)
+    else:
+        if act == "tensor":
+            q, s = ops._tensor_quant(x2, None, "e4m3", None)
+        else:  # block: 1x128 groups, scales [ceil(K/128), align(M, 4)] as the block GEMM reads them
+            q, s = ops._group_quant(x2, 128, "e4m3", "none", "f32", "col_major_tma", None, False)
+        qb = ops._bits(q)
+        m, device = x2.shape[0], x.device
+    y = torch.empty(size=(m, n), dtype=out_dtype, device=device)
+    plan.run(qb, s, y)
+    return y if flat else y.view(*shape[:-1], n)
 
 
 def linear_quantized_forward(plan, q, s, n, out_dtype):
     """Fp8Linear.forward_quantized: the plan's routed GEMM on q [M, K] and its scales."""
-    y = torch.empty((q.shape[0], n), dtype=out_dtype, device=q.device)
+    y = torch.empty(size=(q.shape[0], n), dtype=out_dtype, device=q.device)
     plan.run(ops._bits(q), s, y)
     return y
 
@@ -136,7 +153,8 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16,
 def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, scale="auto", accum="fast"):
     """fp8route.scaled_mm in torch._scaled_mm's argument order; scale "auto" infers the kind; accum
     "fast" or "precise" (the accumulation class, gemm.h)."""
-    return ops._scaled_mm(a, b, scale_a, scale_b, bias, _out_name(out_dtype), scale, None, ops._accum(accum, None))
+    return ops._scaled_mm(a, b, scale_a, scale_b, bias, _OUT.get(out_dtype) or ops._out_name(out_dtype), scale, None,
+                          accum if accum in _ACCUMS else ops._accum(accum, None))
 
 
 # ------------------------------------------------------------------------------------------------
