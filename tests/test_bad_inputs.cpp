@@ -183,12 +183,17 @@ TEST_F(BadInputs, RowAndTensorQuantOps) {
   expect_valid("per_token_quant", token(x, q, s));
   expect_valid("per_tensor_quant_static", stat(x, scale, q));
   expect_valid("per_tensor_quant_dynamic", dyn(x, q, scale));
+  // Any H >= 1, any row stride >= H, x aligned to its element, q at any address.
+  const TensorView x_odd = TensorView::strided(at(kX, 2), DType::f16, {kT, 17}, {kH + 1, 1}), q_odd = t(kQ, DType::i8, {kT, 17}, 1);
+  expect_valid("per_token_quant of odd H and stride", token(x_odd, q_odd, s));
+  expect_valid("per_tensor_quant_static of odd H and stride", stat(x_odd, scale, q_odd));
+  expect_valid("per_tensor_quant_dynamic of odd H and stride", dyn(x_odd, q_odd, scale));
   run({
       {"x dtype", token(t(kX, DType::e4m3, {kT, kH}), q, s), "x: dtype"},
       {"x rank", token(t(kX, DType::f16, {kT * kH}), q, s), "x: expected 2 dims"},
-      {"H not a multiple of 16", token(t(kX, DType::f16, {kT, 40}), t(kQ, DType::i8, {kT, 40}), s), "x: H = 40"},
-      {"x row stride", token(TensorView::strided(at(kX), DType::f16, {kT, kH}, {kH + 1, 1}), q, s), "x: row stride"},
-      {"x pointer alignment", token(t(kX, DType::f16, {kT, kH}, 4), q, s), "x: pointer"},
+      {"H zero", token(t(kX, DType::f16, {kT, 0}), t(kQ, DType::i8, {kT, 0}), s), "x: H = 0"},
+      {"x row stride", token(TensorView::strided(at(kX), DType::f16, {kT, kH}, {kH - 1, 1}), q, s), "x: row stride"},
+      {"x pointer alignment", token(t(kX, DType::f16, {kT, kH}, 1), q, s), "x: pointer"},
       {"q dtype", token(x, t(kQ, DType::f32, {kT, kH}), s), "q: dtype"},
       {"s shape", token(x, q, t(kS, DType::f32, {kT + 1})), "s: expected shape"},
       {"s on another GPU", token(x, q, with_device(s, 1)), "s and x: must be on one device"},

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 #include <tuple>
@@ -467,6 +468,137 @@ TEST(GroupQuantGpu, ScatterWithNoTokensZeroesOnlyThePadding) {
 
 // ---- per-token and per-tensor ---------------------------------------------------------------------
 
+// One call of a row or tensor op: x [T, H] (the fused form's [T, 2H]) with rows `stride` elements
+// apart (0: packed), placed x_offset elements past a 256-byte aligned address and its codes q_offset
+// bytes past one, so that neither need be 16-byte aligned.
+enum class RowOp { per_token, fused_per_token, tensor_static, tensor_dynamic };
+
+struct RowCase {
+  RowOp op;
+  DType in, code;
+  int64_t T, H;
+  int64_t stride = 0;
+  int64_t x_offset = 0, q_offset = 0;
+  ScaleRounding rounding = ScaleRounding::none;
+  float scale = 0.125f;  // tensor_static
+  int64_t cols() const { return op == RowOp::fused_per_token ? 2 * H : H; }
+  int64_t row_stride() const { return stride ? stride : cols(); }
+  int64_t scales() const { return op == RowOp::per_token || op == RowOp::fused_per_token ? T : 1; }
+  std::string str() const {
+    static const char* const kOps[] = {"per_token", "silu_and_mul_per_token", "per_tensor_static", "per_tensor_dynamic"};
+    return std::string(kOps[static_cast<int>(op)]) + " " + std::string(dtype_name(in)) + "[" + std::to_string(T) +
+           "," + std::to_string(cols()) + "] stride " + std::to_string(row_stride()) + " x+" +
+           std::to_string(x_offset) + " q+" + std::to_string(q_offset) + " -> " + std::string(dtype_name(code)) + " " +
+           std::string(name(rounding)) + " seed=" + std::to_string(test::test_seed());
+  }
+};
+
+// x of a case: T rows of row_stride() elements (past cols() they are never read).
+std::vector<uint8_t> row_input(const RowCase& c, std::mt19937_64& rng, float lo = -8, float hi = 6) {
+  return test::random_activations(c.in, c.T * c.row_stride(), rng, 128, lo, hi);
+}
+
+struct RowResult {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+
+// A case's device tensors, kept for repeated launches (graph replays).
+struct RowRun {
+  RowCase c;
+  DeviceBuffer dx, dq, ds, dscale;
+  RowRun(const RowCase& rc, const std::vector<uint8_t>& x)
+      : c(rc),
+        dx(c.x_offset * dtype_size(c.in) + x.size()),
+        dq(static_cast<size_t>(c.q_offset + c.T * c.H)),
+        ds(static_cast<size_t>(4 * c.scales())),
+        dscale(upload(std::vector<float>{c.scale})) {
+    set_input(x);
+  }
+  void set_input(const std::vector<uint8_t>& x) {
+    EXPECT_EQ(cudaMemcpy(dx.as<char>() + c.x_offset * dtype_size(c.in), x.data(), x.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  void poison_outputs() const {
+    poison(dq, 0xAB);
+    poison(ds, 0xFF);
+  }
+  void launch(cudaStream_t stream) const {
+    const TensorView x = TensorView::strided(dx.as<char>() + c.x_offset * dtype_size(c.in), c.in, {c.T, c.cols()},
+                                             {c.row_stride(), 1});
+    const TensorView q = TensorView::contiguous(dq.as<uint8_t>() + c.q_offset, c.code, {c.T, c.H});
+    const TensorView s = TensorView::contiguous(ds.data(), DType::f32, {c.scales()});
+    switch (c.op) {
+      case RowOp::per_token: return per_token_quant(x, q, s, c.rounding, stream);
+      case RowOp::fused_per_token: return silu_and_mul_per_token_quant(x, q, s, c.rounding, stream);
+      case RowOp::tensor_static:
+        return per_tensor_quant_static(x, TensorView::contiguous(dscale.data(), DType::f32, {1}), q, stream);
+      case RowOp::tensor_dynamic: return per_tensor_quant_dynamic(x, q, s, stream);
+    }
+  }
+  RowResult result() const {
+    RowResult r;
+    r.codes = download(dq.as<uint8_t>() + c.q_offset, static_cast<size_t>(c.T * c.H));
+    if (c.op != RowOp::tensor_static) {
+      const std::vector<uint8_t> b = download(ds.data(), static_cast<size_t>(4 * c.scales()));
+      r.scales.resize(static_cast<size_t>(c.scales()));
+      std::memcpy(r.scales.data(), b.data(), b.size());
+    }
+    return r;
+  }
+};
+
+RowResult gpu_row_quant(const RowCase& c, const std::vector<uint8_t>& x) {
+  RowRun run(c, x);
+  run.poison_outputs();
+  run.launch(nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return run.result();
+}
+
+ref::RowQuantOutput ref_row_quant(const RowCase& c, const std::vector<uint8_t>& x) {
+  switch (c.op) {
+    case RowOp::per_token: return ref::per_token_quant(x.data(), c.in, c.T, c.H, c.row_stride(), c.code, c.rounding);
+    case RowOp::fused_per_token: {
+      const std::vector<float> act = ref::silu_and_mul_rows(x.data(), c.in, c.T, c.H, c.row_stride());
+      return ref::per_token_quant(act.data(), DType::f32, c.T, c.H, c.H, c.code, c.rounding);
+    }
+    case RowOp::tensor_static:
+      return {ref::per_tensor_quant_static(x.data(), c.in, c.T, c.H, c.row_stride(), c.scale, c.code), {}};
+    case RowOp::tensor_dynamic: return ref::per_tensor_quant_dynamic(x.data(), c.in, c.T, c.H, c.row_stride(), c.code);
+  }
+  return {};
+}
+
+// A result against the reference: bit for bit; the fused form within its tolerance (numerics.md):
+// scales within 1e-6 relative (pow2: equal), every code within one step, the one-step differences
+// added to *off_by_one.
+testing::AssertionResult matches_reference(const RowCase& c, const RowResult& got, const ref::RowQuantOutput& want,
+                                           int64_t* off_by_one = nullptr) {
+  if (got.scales.size() != want.scales.size())
+    return testing::AssertionFailure() << c.str() << ": " << got.scales.size() << " scales, want " << want.scales.size();
+  for (size_t t = 0; t < got.scales.size(); ++t) {
+    const float a = got.scales[t], b = want.scales[t];
+    const bool ok = c.op == RowOp::fused_per_token && c.rounding == ScaleRounding::none
+                        ? std::fabs(a - b) <= 1e-6 * std::fabs(b)
+                        : std::memcmp(&a, &b, 4) == 0;
+    if (!ok) return testing::AssertionFailure() << c.str() << ": scale " << t << " is " << a << ", want " << b;
+  }
+  if (c.op != RowOp::fused_per_token) {
+    testing::AssertionResult r = bytes_equal(got.codes, want.codes, "codes", c.H);
+    if (!r) r << " in " << c.str();
+    return r;
+  }
+  if (got.codes.size() != want.codes.size())
+    return testing::AssertionFailure() << c.str() << ": " << got.codes.size() << " codes, want " << want.codes.size();
+  for (size_t i = 0; i < got.codes.size(); ++i) {
+    const int d = std::abs(code_ordinal(got.codes[i], c.code) - code_ordinal(want.codes[i], c.code));
+    if (d > 1) return testing::AssertionFailure() << c.str() << ": code " << i << " is " << d << " steps off";
+    if (off_by_one) *off_by_one += d;
+  }
+  return testing::AssertionSuccess();
+}
+
 TEST(RowQuantGpu, PerTokenBitExact) {
   FP8ROUTE_REQUIRE_SM90();
   auto rng = test::make_rng(110);
@@ -476,19 +608,11 @@ TEST(RowQuantGpu, PerTokenBitExact) {
         for (int64_t T : {1, 3, 127}) {
           // Rows up to 8192 wide stay in registers; wider ones take the two-read path.
           const int64_t H = T == 3 ? 18432 : kWidths[(T + static_cast<int>(in)) % std::size(kWidths)];
+          RowCase c{RowOp::per_token, in, code, T, H};
+          c.rounding = r;
           auto x = test::random_activations(in, T * H, rng, H);
           test::store_value(x, in, H / 2, T % 2 ? NAN : INFINITY);
-          DeviceBuffer dx = upload(x), dq(T * H), ds(T * 4);
-          poison(dq, 0xAB);
-          per_token_quant(TensorView::contiguous(dx.data(), in, {T, H}),
-                          TensorView::contiguous(dq.data(), code, {T, H}),
-                          TensorView::contiguous(ds.data(), DType::f32, {T}), r, nullptr);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          auto want = ref::per_token_quant(x.data(), in, T, H, H, code, r);
-          ASSERT_TRUE(bytes_equal(download(dq.data(), T * H), want.codes, "codes", H));
-          std::vector<uint8_t> ws(T * 4);
-          std::memcpy(ws.data(), want.scales.data(), T * 4);
-          ASSERT_TRUE(bytes_equal(download(ds.data(), T * 4), ws, "scales"));
+          ASSERT_TRUE(matches_reference(c, gpu_row_quant(c, x), ref_row_quant(c, x)));
         }
 }
 
@@ -503,34 +627,161 @@ TEST(TokenQuantGpu, FusedSiluAndMulWithinTolerance) {
     for (DType code : {DType::e4m3, DType::i8})
       for (auto r : {ScaleRounding::none, ScaleRounding::pow2})
         for (int64_t T : {1, 5}) {
-          const int64_t H = T == 1 ? 14336 : 3584;
-          auto x = test::random_activations(in, T * 2 * H, rng, 128, -3, 3);
-          DeviceBuffer dx = upload(x), dq(T * H), ds(T * 4);
-          poison(dq, 0xAB);
-          silu_and_mul_per_token_quant(TensorView::contiguous(dx.data(), in, {T, 2 * H}),
-                                       TensorView::contiguous(dq.data(), code, {T, H}),
-                                       TensorView::contiguous(ds.data(), DType::f32, {T}), r, nullptr);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          const std::vector<float> act = ref::silu_and_mul_rows(x.data(), in, T, H, 2 * H);
-          auto want = ref::per_token_quant(act.data(), DType::f32, T, H, H, code, r);
-          const std::vector<uint8_t> got = download(dq.data(), T * H), gs = download(ds.data(), T * 4);
-          for (int64_t t = 0; t < T; ++t) {
-            float a, b = want.scales[t];
-            std::memcpy(&a, &gs[t * 4], 4);
-            if (r == ScaleRounding::pow2) ASSERT_EQ(a, b) << "scale " << t;
-            else ASSERT_LE(std::fabs(a - b), 1e-6 * std::fabs(b)) << "scale " << t;
-          }
-          for (size_t i = 0; i < got.size(); ++i) {
-            const int d = std::abs(code_ordinal(got[i], code) - code_ordinal(want.codes[i], code));
-            ASSERT_LE(d, 1) << "code " << i << " in " << dtype_name(in) << " T=" << T << " H=" << H;
-            off_by_one += d;
-          }
-          total += T * H;
+          RowCase c{RowOp::fused_per_token, in, code, T, T == 1 ? 14336 : 3584};
+          c.rounding = r;
+          auto x = row_input(c, rng, -3, 3);
+          ASSERT_TRUE(matches_reference(c, gpu_row_quant(c, x), ref_row_quant(c, x), &off_by_one));
+          total += c.T * c.H;
         }
   const double frac = static_cast<double>(off_by_one) / static_cast<double>(total);
   std::printf("[fp8route] fused silu_and_mul per token: %lld of %lld codes one step off (%.2e)\n",
               static_cast<long long>(off_by_one), static_cast<long long>(total), frac);
   EXPECT_LT(frac, 1e-3) << "one-step differences must be rare";
+}
+
+// ---- rows of any width ------------------------------------------------------------------------------
+// H not a multiple of 8 (or 16), row strides of any number of elements, x and q off 16-byte
+// alignment: the kernels' any-width form, bit for bit like the vector form. The widths are the
+// public vLLM and SGLang quant tests' (17, 1025, 1026, 5137, 8193; 1368, a multiple of 8 but not of
+// 16), 1, and 18433 (past the per-token kernel's rows in registers).
+constexpr int64_t kAnyWidths[] = {1, 17, 1025, 1026, 1368, 5137, 8193, 18433};
+
+// The layouts each width runs in: packed rows at aligned addresses (T = 1 and T > 1), then rows an
+// odd number of elements apart (stride H + 3, or 2H + 3 fused) with x one element and q one byte
+// past alignment.
+std::vector<RowCase> any_width_cases(RowOp op, DType in, DType code, int64_t H) {
+  const int64_t T = H <= 1368 ? 67 : 5;
+  std::vector<RowCase> v;
+  for (int64_t t : {int64_t{1}, T}) v.push_back(RowCase{op, in, code, t, H});
+  RowCase odd{op, in, code, T, H};
+  odd.stride = odd.cols() + 3;
+  odd.x_offset = odd.q_offset = 1;
+  v.push_back(odd);
+  return v;
+}
+
+// Non-finite elements where the any-width form splits a row: the row's last element (+inf), the
+// first of the last row (NaN) and one inside a middle row (-inf); none of them counts in an amax.
+void store_specials(const RowCase& c, std::vector<uint8_t>& x) {
+  test::store_value(x, c.in, c.cols() - 1, INFINITY);
+  test::store_value(x, c.in, (c.T - 1) * c.row_stride(), NAN);
+  if (c.T > 2) test::store_value(x, c.in, (c.T / 2) * c.row_stride() + c.cols() / 2, -INFINITY);
+}
+
+TEST(RowQuantGpu, AnyWidthBitExact) {
+  FP8ROUTE_REQUIRE_SM90();
+  auto rng = test::make_rng(117);
+  int cases = 0;
+  for (DType in : {DType::bf16, DType::f16, DType::f32})
+    for (DType code : {DType::e4m3, DType::i8})
+      for (size_t w = 0; w < std::size(kAnyWidths); ++w)
+        for (RowOp op : {RowOp::per_token, RowOp::tensor_static, RowOp::tensor_dynamic})
+          for (RowCase c : any_width_cases(op, in, code, kAnyWidths[w])) {
+            c.rounding = (w + static_cast<size_t>(code == DType::i8)) % 2 ? ScaleRounding::pow2 : ScaleRounding::none;
+            auto x = row_input(c, rng);
+            store_specials(c, x);
+            const ref::RowQuantOutput want = ref_row_quant(c, x);
+            if (op != RowOp::tensor_dynamic) {
+              ASSERT_TRUE(matches_reference(c, gpu_row_quant(c, x), want));
+              ++cases;
+              continue;
+            }
+            // Dynamic per-tensor: each launch shape the size allows (the library's rule, then never
+            // a cluster: two launches unless the one-block path takes it, then the cluster up to its
+            // capacity); the same result from each.
+            const int64_t saved = detail::tensor_cluster_max_vecs();
+            struct Restore {
+              int64_t v;
+              ~Restore() { detail::set_tensor_cluster_max_vecs(v); }
+            } restore{saved};
+            for (int64_t max_vecs : {saved, int64_t{0}, int64_t{1} << 30}) {
+              detail::set_tensor_cluster_max_vecs(max_vecs);
+              ASSERT_TRUE(matches_reference(c, gpu_row_quant(c, x), want)) << "cluster max vecs " << max_vecs;
+              ++cases;
+            }
+          }
+  std::printf("[fp8route] %d per-token and per-tensor calls of any width bit-exact\n", cases);
+}
+
+TEST(TokenQuantGpu, FusedSiluAndMulAnyWidthWithinTolerance) {
+  FP8ROUTE_REQUIRE_SM90();
+  auto rng = test::make_rng(118);
+  int64_t total = 0, off_by_one = 0;
+  for (DType in : {DType::bf16, DType::f16, DType::f32})
+    for (DType code : {DType::e4m3, DType::i8})
+      for (size_t w = 0; w < std::size(kAnyWidths); ++w)
+        for (RowCase c : any_width_cases(RowOp::fused_per_token, in, code, kAnyWidths[w])) {
+          c.rounding = (w + static_cast<size_t>(code == DType::i8)) % 2 ? ScaleRounding::pow2 : ScaleRounding::none;
+          auto x = row_input(c, rng, -3, 3);
+          ASSERT_TRUE(matches_reference(c, gpu_row_quant(c, x), ref_row_quant(c, x), &off_by_one));
+          total += c.T * c.H;
+        }
+  const double frac = static_cast<double>(off_by_one) / static_cast<double>(total);
+  std::printf("[fp8route] fused silu_and_mul per token, any width: %lld of %lld codes one step off (%.2e)\n",
+              static_cast<long long>(off_by_one), static_cast<long long>(total), frac);
+  EXPECT_LT(frac, 1e-3) << "one-step differences must be rare";
+}
+
+// The any-width form captured in one CUDA graph (per-token, fused, static, and dynamic per-tensor
+// by its cluster and its two-launch path, whose amax scratch belongs to the graph) and replayed on
+// inputs changed between replays: a large amax, then a small one. Each replay gives its own
+// input's result, and so do eager calls on the stream afterwards (no amax or block count left behind).
+TEST(RowQuantGpu, AnyWidthGraphCapturedAndReplayed) {
+  FP8ROUTE_REQUIRE_SM90();
+  auto rng = test::make_rng(119);
+  std::vector<RowCase> cases;
+  for (RowOp op : {RowOp::per_token, RowOp::fused_per_token, RowOp::tensor_static, RowOp::tensor_dynamic})
+    for (auto [T, H] : {std::pair<int64_t, int64_t>{3, 1025}, {67, 5137}}) {  // dynamic: a cluster, two launches
+      RowCase c{op, DType::bf16, op == RowOp::per_token ? DType::i8 : DType::e4m3, T, H};
+      c.stride = c.cols() + 3;
+      c.x_offset = c.q_offset = 1;
+      cases.push_back(c);
+    }
+  std::vector<std::vector<uint8_t>> big, small;
+  std::vector<std::unique_ptr<RowRun>> runs;
+  for (const RowCase& c : cases) {
+    big.push_back(row_input(c, rng, 6, 10));
+    small.push_back(row_input(c, rng, -6, -2));
+    runs.push_back(std::make_unique<RowRun>(c, big.back()));
+  }
+  cudaStream_t st;
+  FP8ROUTE_TEST_CUDA(cudaStreamCreate(&st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  FP8ROUTE_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  std::string error;
+  try {
+    for (const auto& r : runs) r->launch(st);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  FP8ROUTE_TEST_CUDA(cudaStreamEndCapture(st, &graph));
+  ASSERT_EQ(error, "");
+  FP8ROUTE_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto& inputs = rep % 2 ? small : big;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      runs[i]->set_input(inputs[i]);
+      runs[i]->poison_outputs();
+    }
+    FP8ROUTE_TEST_CUDA(cudaGraphLaunch(exec, st));
+    FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(st));
+    for (size_t i = 0; i < runs.size(); ++i)
+      ASSERT_TRUE(matches_reference(cases[i], runs[i]->result(), ref_row_quant(cases[i], inputs[i])))
+          << "graph replay " << rep;
+  }
+  for (const auto* inputs : {&big, &small})
+    for (size_t i = 0; i < runs.size(); ++i) {
+      runs[i]->set_input((*inputs)[i]);
+      runs[i]->poison_outputs();
+      runs[i]->launch(st);
+      FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(st));
+      ASSERT_TRUE(matches_reference(cases[i], runs[i]->result(), ref_row_quant(cases[i], (*inputs)[i])))
+          << "eager call after the replays";
+    }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
 }
 
 TEST(RowQuantGpu, PerTensorStaticSaturatesAtTheBoundary) {
@@ -689,10 +940,43 @@ TEST(QuantArgs, ErrorsNameTheArgument) {
   expect_invalid([&] { masked_per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {2, 4, 512}), TensorView::contiguous(fi, DType::i32, {3}), s, q, sc, nullptr); }, "masked_m");
   expect_invalid([&] { scatter_per_token_group_quant(x, TensorView::contiguous(fi, DType::f32, {4, 2}), s, q, sc, nullptr); }, "src2dst");
   expect_invalid([&] { per_token_quant(x, q, TensorView::contiguous(fs, DType::f32, {5}), ScaleRounding::none, nullptr); }, "s: expected shape");
-  expect_invalid([&] { silu_and_mul_per_token_quant(TensorView::contiguous(fake, DType::bf16, {4, 1040}), TensorView::contiguous(fq, DType::e4m3, {4, 520}), TensorView::contiguous(fs, DType::f32, {4}), ScaleRounding::none, nullptr); }, "x: fused");
+  expect_invalid([&] { silu_and_mul_per_token_quant(TensorView::contiguous(fake, DType::bf16, {4, 1041}), TensorView::contiguous(fq, DType::e4m3, {4, 520}), TensorView::contiguous(fs, DType::f32, {4}), ScaleRounding::none, nullptr); }, "x: fused");
   expect_invalid([&] { silu_and_mul_per_token_quant(TensorView::contiguous(fake, DType::bf16, {4, 2048}), q, TensorView::contiguous(fs, DType::f32, {4}), ScaleRounding::none, nullptr); }, "q: expected shape");
   expect_invalid([&] { per_tensor_quant_static(x, TensorView::contiguous(fs, DType::f32, {2}), q, nullptr); }, "scale");
   expect_invalid([&] { per_tensor_quant_dynamic(x, TensorView::contiguous(fq, DType::bf16, {4, 512}), TensorView::contiguous(fs, DType::f32, {1}), nullptr); }, "q: dtype");
+}
+
+// The per-token and per-tensor ops take any H >= 1, any row stride >= H and an x aligned to its
+// element (RowQuantGpu.AnyWidthBitExact); what remains to refuse still names the argument. No GPU
+// needed: fake pointers, every check before the device is touched.
+TEST(QuantArgs, RowOpsOfAnyWidthStillRefuseBadArguments) {
+  char* fake = reinterpret_cast<char*>(0x100000);
+  char *fq = fake + (1 << 20), *fs = fake + (2 << 20);
+  const TensorView s = TensorView::contiguous(fs, DType::f32, {4}), scale = TensorView::contiguous(fs, DType::f32, {1});
+  auto x = [&](DType d, int64_t h, int64_t stride, int64_t offset = 0) {
+    return TensorView::strided(fake + offset, d, {4, h}, {stride, 1});
+  };
+  auto q = [&](int64_t h) { return TensorView::contiguous(fq, DType::e4m3, {4, h}); };
+  auto token = [&](const TensorView& xv, const TensorView& qv) { per_token_quant(xv, qv, s, ScaleRounding::none, nullptr); };
+  auto fused = [&](const TensorView& xv, const TensorView& qv) {
+    silu_and_mul_per_token_quant(xv, qv, s, ScaleRounding::pow2, nullptr);
+  };
+  auto stat = [&](const TensorView& xv, const TensorView& qv) { per_tensor_quant_static(xv, scale, qv, nullptr); };
+  auto dyn = [&](const TensorView& xv, const TensorView& qv) { per_tensor_quant_dynamic(xv, qv, scale, nullptr); };
+  expect_invalid([&] { token(x(DType::bf16, 17, 16), q(17)); }, "x: row stride must be >= H");
+  expect_invalid([&] { stat(x(DType::f16, 1025, 1024), q(1025)); }, "x: row stride must be >= H");
+  expect_invalid([&] { dyn(x(DType::f32, 5137, 5136), q(5137)); }, "x: row stride must be >= H");
+  expect_invalid([&] { fused(x(DType::bf16, 34, 33), q(17)); }, "x: row stride must be >= H");
+  expect_invalid([&] { token(x(DType::bf16, 0, 0), q(0)); }, "x: H = 0 must be positive");
+  expect_invalid([&] { dyn(x(DType::f32, 17, 17, 2), q(17)); }, "x: pointer");
+  expect_invalid([&] { stat(x(DType::bf16, 17, 17, 1), q(17)); }, "x: pointer");
+  expect_invalid([&] { fused(x(DType::bf16, 35, 35), q(17)); }, "x: fused silu_and_mul needs an even last dim");
+  expect_invalid([&] { fused(x(DType::bf16, 34, 35), q(34)); }, "q: expected shape [4,17]");
+  expect_invalid([&] { token(x(DType::bf16, 17, 19), TensorView::strided(fq, DType::e4m3, {4, 17}, {19, 1})); },
+                 "q: must be contiguous");
+  expect_invalid([&] { token(TensorView::strided(fake, DType::bf16, {4, 17}, {40, 2}), q(17)); }, "x: last dim must be contiguous");
+  expect_invalid([&] { dyn(x(DType::f16, 17, 17), TensorView::contiguous(fake + 16, DType::e4m3, {4, 17})); },
+                 "q and x overlap");
 }
 
 TEST(QuantArgs, NothingWrittenOnError) {

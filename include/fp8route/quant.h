@@ -30,7 +30,8 @@ struct GroupQuantOutputs {
 GroupQuantOutputs allocate_group_quant_outputs(const GroupQuantSpec& spec, int64_t tokens,
                                                int64_t hidden, int64_t experts = 0);
 
-// x [T, H] (f32/f16/bf16, last stride 1, rows 16-byte aligned) -> q [T, H] codes, s scales.
+// x [T, H] (f32/f16/bf16, last stride 1, rows 16-byte aligned, H a multiple of group_size) -> q [T, H]
+// codes, s scales.
 void per_token_group_quant(const TensorView& x, const GroupQuantSpec& spec, const TensorView& q,
                            const TensorView& s, cudaStream_t stream);
 
@@ -63,13 +64,18 @@ void scatter_per_token_group_quant(const TensorView& x, const TensorView& src2ds
                                    const GroupQuantSpec& spec, const TensorView& q,
                                    const TensorView& s, cudaStream_t stream);
 
+// The per-token and per-tensor ops below take x [T, H] (f32/f16/bf16, last stride 1) with any
+// H >= 1, any row stride >= H and a pointer aligned to its element, and q at any address; they are
+// fastest with H % 8 == 0, rows of x 16-byte aligned and q 8-byte aligned (16-byte loads, 8-byte
+// stores), and give the same codes and scales in every layout.
+
 // Per-token: one scale per row. x [T, H] -> q [T, H] (e4m3 or i8, q's dtype says which),
 // s f32 [T]; arithmetic as a group of size H.
 void per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
                      ScaleRounding rounding, cudaStream_t stream);
 
 // x [T, 2H]: act = silu(x[:, :H]) * x[:, H:] in fp32 (as the fused group form), then per-token quant
-// of act into q [T, H], s f32 [T]. H a multiple of 16. Tolerance, not bit-exactness, against the CPU
+// of act into q [T, H], s f32 [T]; any H >= 1. Tolerance, not bit-exactness, against the CPU
 // reference (device exp; docs/numerics.md).
 void silu_and_mul_per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
                                   ScaleRounding rounding, cudaStream_t stream);

@@ -542,6 +542,72 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_decode_kernel(const
 constexpr int kRowThreads = 256;
 constexpr int kRowItems = 4;  // 16-byte loads in flight per thread in the grid-stride kernels
 
+// Rows of any width. The row kernels below take a template flag kAligned: true when H % 8 == 0,
+// every row of x starts 16-byte aligned and every row of q 8-byte aligned (the launcher's
+// vector_rows), so that each 8-element vector is one or two 16-byte loads and one 8-byte store;
+// false for everything else (H of any size >= 1, row strides of any number of elements, pointers
+// aligned to their element only). With kAligned false a row still splits into 8-element vectors,
+// ceil(H / 8) of them, the last holding H - 8 * v < 8 elements when H % 8 != 0; a vector takes the
+// wide load (store) where it is whole and its address allows, else one element at a time, reading
+// the elements past the row's end as +0 (which leaves the amax as it is) and writing only the codes
+// of the row. Values, amax, scale and codes are the same arithmetic either way.
+
+// Vectors of a row of `hidden` elements.
+template <bool kAligned>
+__device__ __forceinline__ int64_t row_vecs(int64_t hidden) {
+  return kAligned ? hidden / kQuantVec : (hidden + kQuantVec - 1) / kQuantVec;
+}
+
+// Elements of vector v of a row of `hidden` elements (8 but for the last of a row when H % 8 != 0).
+__device__ __forceinline__ int vec_width(int64_t hidden, int64_t v) {
+  return static_cast<int>(min(static_cast<int64_t>(kQuantVec), hidden - v * kQuantVec));
+}
+
+// Elements [0, n) of p (n <= 8) one at a time into the words a 16-byte load would fill; +0 past n.
+template <class T>
+__device__ __forceinline__ Raw8<T> load_raw8_elems(const T* p, int n) {
+  constexpr int kBytes = static_cast<int>(sizeof(T));
+  using Bits = std::conditional_t<kBytes == 2, unsigned short, unsigned int>;
+  uint32_t w[kQuantVec * kBytes / 4] = {};
+#pragma unroll
+  for (int j = 0; j < kQuantVec; ++j)
+    if (j < n)
+      w[j * kBytes / 4] |= static_cast<uint32_t>(__ldg(reinterpret_cast<const Bits*>(p) + j)) << (8 * (j * kBytes % 4));
+  Raw8<T> v;
+#pragma unroll
+  for (int i = 0; i < Raw8<T>::kWords; ++i) v.r[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+  return v;
+}
+
+// The n (<= 8) elements of a vector at p: the wide load (kAligned, or a whole vector at a 16-byte
+// address), else element loads.
+template <bool kAligned, class T>
+__device__ __forceinline__ Raw8<T> load_row_vec(const T* p, int n) {
+  if constexpr (kAligned) {
+    return load_raw8(p);
+  } else {
+    if (n == kQuantVec && (reinterpret_cast<uintptr_t>(p) & 15) == 0) return load_raw8(p);
+    return load_raw8_elems(p, n);
+  }
+}
+
+// The first n (<= 8) of a vector's codes at q: one 8-byte store (kAligned, or a whole vector at an
+// 8-byte address), else byte stores.
+template <bool kAligned>
+__device__ __forceinline__ void store_row_codes(uint8_t* q, uint2 codes, int n) {
+  if constexpr (kAligned) {
+    *reinterpret_cast<uint2*>(q) = codes;
+  } else {
+    if (n == kQuantVec && (reinterpret_cast<uintptr_t>(q) & 7) == 0) {
+      *reinterpret_cast<uint2*>(q) = codes;
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < kQuantVec; ++j)
+      if (j < n) q[j] = static_cast<uint8_t>((j < 4 ? codes.x : codes.y) >> (8 * (j % 4)));
+  }
+}
+
 // The block's max of non-negative, non-NaN values (a 1-D block of whole warps). Once per kernel:
 // smem is written without a barrier before it, so a second call could overwrite slots that a slow
 // warp still reads from the first.
@@ -571,7 +637,8 @@ constexpr int kTokenRegVecs = 8;
 
 // kFused: x rows are [gate (hidden) | up (hidden)] and the quantized values are silu(gate) * up in
 // fp32 (the fused silu_and_mul of the group kernel).
-template <class InT, bool kFused = false>
+// kAligned: see "Rows of any width" above.
+template <class InT, bool kFused = false, bool kAligned = true>
 __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQuantParams p) {
   griddep_launch_dependents();  // PDL (core/griddep.cuh): everything below may read the previous kernel's output
   griddep_wait();
@@ -580,7 +647,7 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
   const InT* row = static_cast<const InT*>(p.x) + t * p.x_stride_t;
   const InT* up = kFused ? row + p.hidden : row;
   uint8_t* q = p.q + t * p.hidden;
-  const int vecs = static_cast<int>(p.hidden / kQuantVec);
+  const int vecs = static_cast<int>(row_vecs<kAligned>(p.hidden));
   bool special = false;  // lane_values' NaN/inf flag (its return value is already the finite amax)
   if (vecs <= kTokenRegVecs * kRowThreads) {
     Raw8<InT> raw[kTokenRegVecs], raw_up[kFused ? kTokenRegVecs : 1];
@@ -588,8 +655,9 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
     for (int k = 0; k < kTokenRegVecs; ++k) {
       const int v = k * kRowThreads + threadIdx.x;
       if (v < vecs) {
-        raw[k] = load_raw8(row + v * kQuantVec);
-        if constexpr (kFused) raw_up[k] = load_raw8(up + v * kQuantVec);
+        const int n = kAligned ? kQuantVec : vec_width(p.hidden, v);
+        raw[k] = load_row_vec<kAligned>(row + v * kQuantVec, n);
+        if constexpr (kFused) raw_up[k] = load_row_vec<kAligned>(up + v * kQuantVec, n);
       }
     }
     // The values once (silu_and_mul is most of a decode row's instructions, on one SM), kept for
@@ -606,15 +674,18 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
 #pragma unroll
     for (int k = 0; k < kTokenRegVecs; ++k) {
       const int v = k * kRowThreads + threadIdx.x;
-      if (v < vecs) *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode(x[k], sm.multiplier, p.int8);
+      if (v < vecs)
+        store_row_codes<kAligned>(q + v * kQuantVec, encode(x[k], sm.multiplier, p.int8),
+                                  kAligned ? kQuantVec : vec_width(p.hidden, v));
     }
     if (threadIdx.x == 0) p.s[t] = sm.scale;
     return;
   }
   // Vector v's values (read again for the codes from L1/L2); returns their finite amax.
   auto values = [&](int v, float (&x)[kQuantVec]) {
-    return lane_values<kFused>(load_raw8(row + v * kQuantVec),
-                               kFused ? load_raw8(up + v * kQuantVec) : Raw8<InT>{}, x, special);
+    const int n = kAligned ? kQuantVec : vec_width(p.hidden, v);
+    return lane_values<kFused>(load_row_vec<kAligned>(row + v * kQuantVec, n),
+                               kFused ? load_row_vec<kAligned>(up + v * kQuantVec, n) : Raw8<InT>{}, x, special);
   };
   float amax = 0.0f;
 #pragma unroll 4
@@ -627,16 +698,18 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
   for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
     float x[kQuantVec];
     values(v, x);
-    *reinterpret_cast<uint2*>(q + v * kQuantVec) = encode(x, sm.multiplier, p.int8);
+    store_row_codes<kAligned>(q + v * kQuantVec, encode(x, sm.multiplier, p.int8),
+                              kAligned ? kQuantVec : vec_width(p.hidden, v));
   }
   if (threadIdx.x == 0) p.s[t] = sm.scale;
 }
 
 // Grid-stride walk over the vectors of x[rows, hidden]: kRowItems loads in flight per thread,
-// then fn(t, v, x) for each loaded vector (row t, vector v of the row).
-template <class InT, class Fn>
+// then fn(t, v, x) for each loaded vector (row t, vector v of the row; kAligned false: x holds +0
+// past the row's end).
+template <class InT, bool kAligned, class Fn>
 __device__ __forceinline__ void for_each_vector(const RowQuantParams& p, Fn&& fn) {
-  const int64_t vecs_per_row = p.hidden / kQuantVec;
+  const int64_t vecs_per_row = row_vecs<kAligned>(p.hidden);
   const int64_t total = p.rows * vecs_per_row;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < total; i0 += kRowItems * stride) {
@@ -645,8 +718,9 @@ __device__ __forceinline__ void for_each_vector(const RowQuantParams& p, Fn&& fn
     for (int k = 0; k < kRowItems; ++k) {
       const int64_t i = i0 + k * stride;
       if (i < total) {
-        const int64_t t = i / vecs_per_row;
-        raw[k] = load_raw8(static_cast<const InT*>(p.x) + t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec);
+        const int64_t t = i / vecs_per_row, v = i - t * vecs_per_row;
+        raw[k] = load_row_vec<kAligned>(static_cast<const InT*>(p.x) + t * p.x_stride_t + v * kQuantVec,
+                                        kAligned ? kQuantVec : vec_width(p.hidden, v));
       }
     }
 #pragma unroll
@@ -672,14 +746,14 @@ struct TensorAmaxWorkspace {
   float multiplier;
 };
 
-template <class InT>
+template <class InT, bool kAligned = true>
 __global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuantParams p,
                                                                   TensorAmaxWorkspace* ws) {
   griddep_launch_dependents();
   griddep_wait();
   __shared__ float smem[32];
   float amax = 0.0f;
-  for_each_vector<InT>(p, [&](int64_t, int64_t, const float (&x)[kQuantVec]) {
+  for_each_vector<InT, kAligned>(p, [&](int64_t, int64_t, const float (&x)[kQuantVec]) {
     amax = fmaxf(amax, finite_amax(x));
   });
   amax = block_max(amax, smem);
@@ -697,7 +771,7 @@ __global__ void __launch_bounds__(kRowThreads) tensor_amax_kernel(const RowQuant
 
 // Per-tensor codes. Dynamic: the multiplier comes from tensor_amax_kernel (*multiplier). Static:
 // v = x / scale, correctly rounded, then the encoder with multiplier 1 (exact).
-template <class InT, bool kStatic>
+template <class InT, bool kStatic, bool kAligned = true>
 __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuantParams p,
                                                                    const float* multiplier) {
   griddep_launch_dependents();
@@ -705,11 +779,12 @@ __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuan
   float m = 1.0f, s = 1.0f;
   if constexpr (kStatic) s = *p.static_scale;
   else m = *multiplier;
-  for_each_vector<InT>(p, [&](int64_t t, int64_t v, const float (&xin)[kQuantVec]) {
+  for_each_vector<InT, kAligned>(p, [&](int64_t t, int64_t v, const float (&xin)[kQuantVec]) {
     float x[kQuantVec];
 #pragma unroll
     for (int j = 0; j < kQuantVec; ++j) x[j] = kStatic ? __fdiv_rn(xin[j], s) : xin[j];
-    *reinterpret_cast<uint2*>(p.q + t * p.hidden + v * kQuantVec) = encode(x, m, p.int8);
+    const uint2 codes = encode(x, m, p.int8);
+    store_row_codes<kAligned>(p.q + t * p.hidden + v * kQuantVec, codes, kAligned ? kQuantVec : vec_width(p.hidden, v));
   });
 }
 
@@ -718,14 +793,16 @@ __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuan
 // most kClusterVecs, held in registers). Each block takes its max; the blocks exchange them through
 // distributed shared memory (cluster barrier, read the peers' slots, barrier again so that no
 // block leaves while a peer still reads its slot), then every block encodes its registers. Block 0
-// writes the scale. Vectors are numbered i = row * H / 8 + column / 8; the codes are contiguous,
-// and x is read without a division per vector when its rows are contiguous too.
+// writes the scale. Vectors are numbered i = row * vectors per row + column / 8. With kAligned the
+// codes are contiguous, and x is read without a division per vector when its rows are contiguous
+// too; rows of any width ("Rows of any width" above) have each vector's row and column computed,
+// for x and for q.
 constexpr int kClusterThreads = 256;
 constexpr int kClusterMaxBlocks = 8;  // the portable cluster size
 template <class InT>
 constexpr int kClusterVecs = sizeof(InT) == 4 ? 4 : 8;  // 32 registers of loads per thread
 
-template <class InT>
+template <class InT, bool kAligned = true>
 __global__ void __launch_bounds__(kClusterThreads) tensor_quant_cluster_kernel(const RowQuantParams p,
                                                                                int per_thread) {
   griddep_launch_dependents();
@@ -734,23 +811,38 @@ __global__ void __launch_bounds__(kClusterThreads) tensor_quant_cluster_kernel(c
   __shared__ float smem[32];
   __shared__ float block_amax;
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  const int vecs_per_row = static_cast<int>(p.hidden / kQuantVec);
+  const int vecs_per_row = static_cast<int>(row_vecs<kAligned>(p.hidden));
   const int total = static_cast<int>(p.rows) * vecs_per_row;
-  const bool contiguous = p.x_stride_t == p.hidden;
+  [[maybe_unused]] const bool contiguous = p.x_stride_t == p.hidden;
   const int stride = static_cast<int>(gridDim.x) * kClusterThreads;
   const int base = static_cast<int>(blockIdx.x) * kClusterThreads + static_cast<int>(threadIdx.x);
   const InT* x = static_cast<const InT*>(p.x);
+  // Any width: vector i's elements in x, its codes in q, and how many it holds.
+  struct Place {
+    int64_t x_off, q_off;
+    int n;
+  };
+  [[maybe_unused]] auto place = [&](int i) {
+    const int t = i / vecs_per_row, v = i - t * vecs_per_row;
+    const int64_t col = static_cast<int64_t>(v) * kQuantVec;
+    return Place{t * p.x_stride_t + col, t * p.hidden + col, vec_width(p.hidden, v)};
+  };
   Raw8<InT> raw[kVecs];
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     const int i = base + k * stride;
     if (k < per_thread && i < total) {
-      int64_t off = static_cast<int64_t>(i) * kQuantVec;
-      if (!contiguous) {
-        const int t = i / vecs_per_row;
-        off = t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec;
+      if constexpr (kAligned) {
+        int64_t off = static_cast<int64_t>(i) * kQuantVec;
+        if (!contiguous) {
+          const int t = i / vecs_per_row;
+          off = t * p.x_stride_t + (i - t * vecs_per_row) * kQuantVec;
+        }
+        raw[k] = load_raw8(x + off);
+      } else {
+        const Place at = place(i);
+        raw[k] = load_row_vec<false>(x + at.x_off, at.n);
       }
-      raw[k] = load_raw8(x + off);
     }
   }
   float amax = 0.0f;
@@ -778,7 +870,13 @@ __global__ void __launch_bounds__(kClusterThreads) tensor_quant_cluster_kernel(c
     if (k < per_thread && i < total) {
       float v[kQuantVec];
       to_float8(raw[k], v);
-      *reinterpret_cast<uint2*>(p.q + static_cast<int64_t>(i) * kQuantVec) = encode(v, sm.multiplier, p.int8);
+      if constexpr (kAligned) {
+        *reinterpret_cast<uint2*>(p.q + static_cast<int64_t>(i) * kQuantVec) = encode(v, sm.multiplier, p.int8);
+      } else {
+        const uint2 codes = encode(v, sm.multiplier, p.int8);
+        const Place at = place(i);
+        store_row_codes<false>(p.q + at.q_off, codes, at.n);
+      }
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.s = sm.scale;

@@ -377,15 +377,16 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   });
 }
 
+// x [T, H] of the per-token and per-tensor ops: any H >= 1, any row stride >= H, a pointer aligned
+// to its element (the kernels pick their vector or any-width form by the layout: vector_rows).
 void check_row_input(const TensorView& x) {
   check_device_tensor(x, "x");
   check_dtype(x, "x", {DType::bf16, DType::f16, DType::f32});
   check_ndim(x, "x", 2, "[T, H]");
   FP8ROUTE_CHECK(x.stride(1) == 1, "x: last dim must be contiguous (stride 1), got " << to_string(x));
-  FP8ROUTE_CHECK(x.size(1) > 0 && x.size(1) % 16 == 0, "x: H = " << x.size(1) << " must be a positive multiple of 16");
-  check_aligned(x.data, 16, "x");
-  FP8ROUTE_CHECK(x.stride(0) % (16 / dtype_size(x.dtype)) == 0 && x.stride(0) >= x.size(1),
-                 "x: row stride must be >= H and a multiple of 16 bytes, got " << to_string(x));
+  FP8ROUTE_CHECK(x.size(1) > 0, "x: H = " << x.size(1) << " must be positive");
+  check_aligned(x.data, dtype_size(x.dtype), "x");
+  FP8ROUTE_CHECK(x.stride(0) >= x.size(1), "x: row stride must be >= H, got " << to_string(x));
 }
 
 // q [T, H] beside x; H = x's last dim unless given (the fused form's x is [T, 2H]).
@@ -394,7 +395,6 @@ void check_codes(const TensorView& q, const TensorView& x, int64_t hidden = -1) 
   check_dtype(q, "q", {DType::e4m3, DType::i8});
   const int64_t shape[2] = {x.size(0), hidden < 0 ? x.size(1) : hidden};
   check_contiguous_shape(q, "q", shape, 2);
-  check_aligned(q.data, 16, "q");
   check_same_device(q, "q", x, "x");
   check_no_overlap(q, "q", x, "x");
 }
@@ -426,9 +426,44 @@ RowQuantParams row_params(const TensorView& x, const TensorView& q) {
   return p;
 }
 
+// Whether the row kernels may take their vector form (kernel.cuh, "Rows of any width"): H a
+// multiple of 8, every row of x 16-byte aligned (in the fused form the up half too, H elements into
+// the row) and every row of q 8-byte aligned. Set p.hidden (the fused form's H) first.
+bool vector_rows(const RowQuantParams& p, DType x_dtype) {
+  const auto address = [](const void* a) { return reinterpret_cast<uintptr_t>(a); };
+  return p.hidden % kernels::kQuantVec == 0 && address(p.x) % 16 == 0 && address(p.q) % 8 == 0 &&
+         (p.rows <= 1 || p.x_stride_t * dtype_size(x_dtype) % 16 == 0);
+}
+
+// 8-element vectors of x, ceil(H / 8) per row.
+int64_t row_vectors(const RowQuantParams& p) {
+  return p.rows * ((p.hidden + kernels::kQuantVec - 1) / kernels::kQuantVec);
+}
+
+// The per-tensor ops' parameters. A contiguous x whose rows do not suit the vector form (H % 8 != 0)
+// is one row of T * H elements to them (the codes are as contiguous as x), so that only the tensor's
+// last vector is partial and the rest take the wide loads and stores where x and q are aligned.
+RowQuantParams tensor_params(const TensorView& x, const TensorView& q) {
+  RowQuantParams p = row_params(x, q);
+  if (x.size(0) > 1 && x.stride(0) == x.size(1) && !vector_rows(p, x.dtype)) {
+    p.rows = 1;
+    p.hidden = p.x_stride_t = x.numel();
+  }
+  return p;
+}
+
+// Calls f.template operator()<CudaType, kAligned>() for the input dtype and the row kernels' form.
+template <class F>
+void dispatch_row(DType t, bool aligned, F&& f) {
+  dispatch_float(t, [&]<class InT>() {
+    if (aligned) f.template operator()<InT, true>();
+    else f.template operator()<InT, false>();
+  });
+}
+
 // Enough blocks to fill the GPU for the grid-stride per-tensor kernels, never more than the work.
 unsigned tensor_blocks(const RowQuantParams& p) {
-  const int64_t vecs = p.rows * (p.hidden / kernels::kQuantVec);
+  const int64_t vecs = row_vectors(p);
   const int64_t want = (vecs + kernels::kRowThreads - 1) / kernels::kRowThreads;
   const int64_t cap = static_cast<int64_t>(device_info(-1).sm_count) * 8;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap)));
@@ -536,8 +571,7 @@ void token_quant(const TensorView& x, const TensorView& q, const TensorView& s, 
                  cudaStream_t stream) {
   check_row_input(x);
   if (fused)
-    FP8ROUTE_CHECK(x.size(1) % 32 == 0,
-                   "x: fused silu_and_mul needs [T, 2H] with H a multiple of 16, got " << to_string(x));
+    FP8ROUTE_CHECK(x.size(1) % 2 == 0, "x: fused silu_and_mul needs an even last dim [T, 2H], got " << to_string(x));
   const int64_t hidden = fused ? x.size(1) / 2 : x.size(1);
   check_codes(q, x, hidden);
   check_device_tensor(s, "s");
@@ -557,9 +591,9 @@ void token_quant(const TensorView& x, const TensorView& q, const TensorView& s, 
   p.s = static_cast<float*>(s.data);
   p.pow2 = rounding == ScaleRounding::pow2;
   const LaunchShape grid_shape = pdl_shape(dim3(static_cast<unsigned>(x.size(0))), kernels::kRowThreads);
-  dispatch_float(x.dtype, [&]<class InT>() {
-    if (fused) launch_kernel(kernels::per_token_quant_kernel<InT, true>, grid_shape, stream, p);
-    else launch_kernel(kernels::per_token_quant_kernel<InT, false>, grid_shape, stream, p);
+  dispatch_row(x.dtype, vector_rows(p, x.dtype), [&]<class InT, bool kAligned>() {
+    if (fused) launch_kernel(kernels::per_token_quant_kernel<InT, true, kAligned>, grid_shape, stream, p);
+    else launch_kernel(kernels::per_token_quant_kernel<InT, false, kAligned>, grid_shape, stream, p);
     FP8ROUTE_CHECK_LAUNCH();
   });
 }
@@ -584,11 +618,11 @@ void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const
   check_scale_operand(scale, "scale", false, x, q);
   if (x.size(0) == 0) return;
   check_sm90();
-  RowQuantParams p = row_params(x, q);
+  RowQuantParams p = tensor_params(x, q);
   p.static_scale = static_cast<const float*>(scale.data);
-  dispatch_float(x.dtype, [&]<class InT>() {
-    launch_kernel(kernels::tensor_quant_kernel<InT, true>, pdl_shape(dim3(tensor_blocks(p)), kernels::kRowThreads), stream, p,
-                static_cast<const float*>(nullptr));
+  dispatch_row(x.dtype, vector_rows(p, x.dtype), [&]<class InT, bool kAligned>() {
+    launch_kernel(kernels::tensor_quant_kernel<InT, true, kAligned>, pdl_shape(dim3(tensor_blocks(p)), kernels::kRowThreads),
+                  stream, p, static_cast<const float*>(nullptr));
     FP8ROUTE_CHECK_LAUNCH();
   });
 }
@@ -601,23 +635,23 @@ namespace {
 // kernel: one block, registers, one launch, the same arithmetic.
 constexpr int64_t kTensorOneBlockVecs = 4 * kernels::kRowThreads;
 
-template <class InT>
+template <class InT, bool kAligned>
 void tensor_dynamic_one_block(RowQuantParams p, int64_t numel, cudaStream_t stream) {
   p.rows = 1;
   p.hidden = p.x_stride_t = numel;
-  launch_kernel(kernels::per_token_quant_kernel<InT>, pdl_shape(dim3(1), kernels::kRowThreads), stream, p);
+  launch_kernel(kernels::per_token_quant_kernel<InT, false, kAligned>, pdl_shape(dim3(1), kernels::kRowThreads), stream, p);
   FP8ROUTE_CHECK_LAUNCH();
 }
 
 // One cluster launch and one read, the vectors spread over up to 8 blocks (one block would be
 // instruction-bound: ~150 instructions per vector on one SM).
-template <class InT>
+template <class InT, bool kAligned>
 void tensor_dynamic_cluster(const RowQuantParams& p, int64_t vecs, cudaStream_t stream) {
   const int64_t blocks = std::min<int64_t>(kernels::kClusterMaxBlocks,
                                            (vecs + kernels::kClusterThreads - 1) / kernels::kClusterThreads);
   const int per_thread =
       static_cast<int>((vecs + blocks * kernels::kClusterThreads - 1) / (blocks * kernels::kClusterThreads));
-  launch_kernel(kernels::tensor_quant_cluster_kernel<InT>,
+  launch_kernel(kernels::tensor_quant_cluster_kernel<InT, kAligned>,
                 LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kernels::kClusterThreads), 0,
                             dim3(static_cast<unsigned>(blocks)), true},
                 stream, p, per_thread);
@@ -627,7 +661,7 @@ void tensor_dynamic_cluster(const RowQuantParams& p, int64_t vecs, cudaStream_t 
 // that the amax kernel leaves zeroed for the next call: one per stream, or per graph under capture
 // (core/workspace.h), so that graphs replayed at once never mix their amax, block count or
 // multiplier.
-template <class InT>
+template <class InT, bool kAligned>
 void tensor_dynamic_two_launches(const RowQuantParams& p, cudaStream_t stream) {
   int dev = 0;
   FP8ROUTE_CUDA_CHECK(cudaGetDevice(&dev));
@@ -635,11 +669,11 @@ void tensor_dynamic_two_launches(const RowQuantParams& p, cudaStream_t stream) {
   auto* ws = static_cast<kernels::TensorAmaxWorkspace*>(
       workspaces.get(dev, sizeof(kernels::TensorAmaxWorkspace), stream, "per_tensor_quant_dynamic"));
   const unsigned blocks = tensor_blocks(p);
-  launch_kernel(kernels::tensor_amax_kernel<InT>, pdl_shape(dim3(blocks), kernels::kRowThreads), stream, p, ws);
+  launch_kernel(kernels::tensor_amax_kernel<InT, kAligned>, pdl_shape(dim3(blocks), kernels::kRowThreads), stream, p, ws);
   FP8ROUTE_CHECK_LAUNCH();
   if (p.rows > 0) {
-    launch_kernel(kernels::tensor_quant_kernel<InT, false>, pdl_shape(dim3(blocks), kernels::kRowThreads), stream, p,
-                  static_cast<const float*>(&ws->multiplier));
+    launch_kernel(kernels::tensor_quant_kernel<InT, false, kAligned>, pdl_shape(dim3(blocks), kernels::kRowThreads),
+                  stream, p, static_cast<const float*>(&ws->multiplier));
     FP8ROUTE_CHECK_LAUNCH();
   }
 }
@@ -655,19 +689,19 @@ void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const Te
   check_scalar_f32(scale, "scale");
   check_scale_operand(scale, "scale", true, x, q);
   check_sm90();  // an empty x still has its scale written: amax 0, the floor's scale
-  RowQuantParams p = row_params(x, q);
+  RowQuantParams p = tensor_params(x, q);
   p.s = static_cast<float*>(scale.data);
-  const int64_t vecs = x.numel() / kernels::kQuantVec;
+  const int64_t vecs = row_vectors(p);
   const bool contiguous = x.stride(0) == x.size(1);
-  dispatch_float(x.dtype, [&]<class InT>() {
+  dispatch_row(x.dtype, vector_rows(p, x.dtype), [&]<class InT, bool kAligned>() {
     constexpr int64_t kClusterCapacity =
         int64_t{kernels::kClusterMaxBlocks} * kernels::kClusterThreads * kernels::kClusterVecs<InT>;
     if (x.size(0) > 0 && contiguous && vecs <= kTensorOneBlockVecs)
-      tensor_dynamic_one_block<InT>(p, x.numel(), stream);
+      tensor_dynamic_one_block<InT, kAligned>(p, x.numel(), stream);
     else if (x.size(0) > 0 && vecs <= std::min(kClusterCapacity, g_cluster_max_vecs))
-      tensor_dynamic_cluster<InT>(p, vecs, stream);
+      tensor_dynamic_cluster<InT, kAligned>(p, vecs, stream);
     else
-      tensor_dynamic_two_launches<InT>(p, stream);  // also an empty x: the scale of amax 0
+      tensor_dynamic_two_launches<InT, kAligned>(p, stream);  // also an empty x: the scale of amax 0
   });
 }
 

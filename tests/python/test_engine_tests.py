@@ -37,6 +37,7 @@ off".
 | test_sglang_per_token_group_quant_8bit, test_sglang_fused_silu_and_mul_group_quant | SGLang sgl-kernel/tests/test_per_token_group_quant_8bit.py |
 | test_sglang_per_token_quant_fp8 | SGLang sgl-kernel/tests/test_per_token_quant_fp8.py |
 | test_sglang_per_tensor_quant_fp8 | SGLang sgl-kernel/tests/test_per_tensor_quant_fp8.py |
+| test_hidden_not_multiple_of_16 | the hidden sizes of vLLM's test_fp8_quant.py (17, 1025, 1026, 5137, 8193) and SGLang's test_per_token_quant_fp8.py (1368) through every per-token and per-tensor op, packed and strided |
 | test_differs_* | the peers' forms fp8route does not take, pinned with the error it gives |
 
 The peers' grids are subsampled (each list below says which of the peer's sizes it keeps) so that
@@ -53,8 +54,7 @@ Where fp8route differs from the peers on purpose (each pinned by a test here):
 - output forms: per-token scales are [T] (vLLM and SGLang [T, 1]); column-major group scales are the
   physical [G, T] / [G, align(T, 4)] buffers (vLLM and SGLang return their [T, G] views); scaled_mm
   takes both forms of each;
-- not taken: H not a multiple of 16 for per-token and per-tensor quantization, group size 512,
-  vLLM's scale_ub, static per-token/per-channel/group scales, the block_size argument of vLLM's
+- not taken: group size 512, vLLM's scale_ub, static per-token/per-channel/group scales, the block_size argument of vLLM's
   block GEMM functions (fp8route's blocks are 128x128), f32 output, and a non-TMA column-major
   block scale_a buffer [G, M] with M % 4 != 0 (its [M, G] view is taken).
 
@@ -376,14 +376,15 @@ def test_vllm_cutlass_fp8_blockwise_gemm(m, n, k, out):
 @needs_sm90
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
 @pytest.mark.parametrize("tokens", [1, 7, 4096])
-def test_vllm_dynamic_per_token_fp8_quant(tokens, dtype):
-    # vLLM's hidden sizes 17, 1024, 1025, 1026, 5137, 8193: 1024 is the one fp8route takes
-    # (test_differs_hidden_not_multiple_of_16); no scale_ub (vLLM's upper bound on the scale).
+@pytest.mark.parametrize("hidden", [17, 1024, 1025, 8193])
+def test_vllm_dynamic_per_token_fp8_quant(tokens, hidden, dtype):
+    # vLLM's hidden sizes 17, 1024, 1025, 1026, 5137, 8193 (4 here; every one of them:
+    # test_hidden_not_multiple_of_16); no scale_ub (vLLM's upper bound on the scale).
     torch.manual_seed(5)
-    x = torch.rand(tokens, 1024, device=DEV, dtype=_dtype(dtype)) + 1e-6
+    x = torch.rand(tokens, hidden, device=DEV, dtype=_dtype(dtype)) + 1e-6
     q, s = fp8route.per_token_quant(x)
     assert q.dtype == _e4m3() and s.shape == (tokens,)  # vLLM: [T, 1]
-    rq, rs, _ = _ours_groups(x, 1024)
+    rq, rs, _ = _ours_groups(x, hidden)
     assert _same_codes(q, rq) and torch.equal(s, rs[:, 0])
     # vLLM's rule: s = max(amax / 448, 1 / (448 * 512)), codes x * (1 / s). Every amax here is about 1,
     # above vLLM's clamp, so the scales are the same quotient; the codes differ on rare ties.
@@ -396,9 +397,11 @@ def test_vllm_dynamic_per_token_fp8_quant(tokens, dtype):
 @needs_sm90
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
 @pytest.mark.parametrize("tokens", [1, 7, 4096])
-def test_vllm_dynamic_per_tensor_fp8_quant(tokens, dtype):
+@pytest.mark.parametrize("hidden", [1024, 1026, 5137])
+def test_vllm_dynamic_per_tensor_fp8_quant(tokens, hidden, dtype):
+    # vLLM's hidden sizes as in its per-token test (3 here; every one: test_hidden_not_multiple_of_16).
     torch.manual_seed(6)
-    x = torch.rand(tokens, 1024, device=DEV, dtype=_dtype(dtype))
+    x = torch.rand(tokens, hidden, device=DEV, dtype=_dtype(dtype))
     q, scale = fp8route.per_tensor_quant(x)
     rq, rscale = _ours_tensor_dynamic(x)
     assert scale.shape == (1,) and torch.equal(scale, rscale) and _same_codes(q, rq)
@@ -680,10 +683,9 @@ def test_sglang_fused_silu_and_mul_group_quant(tokens, mode):
 
 
 @needs_sm90
-@pytest.mark.parametrize("tokens,hidden", [(128, 512), (256, 2048), (512, 4096)])
+@pytest.mark.parametrize("tokens,hidden", [(128, 512), (128, 1368), (256, 2048), (512, 4096)])
 def test_sglang_per_token_quant_fp8(tokens, hidden):
-    # SGLang's grid: tokens 128, 256, 512 x hidden 512, 1368, 2048, 4096 (1368:
-    # test_differs_hidden_not_multiple_of_16); f16 rand. sgl_per_token_quant_fp8(x, q, s) writes into
+    # SGLang's grid: tokens 128, 256, 512 x hidden 512, 1368, 2048, 4096 (4 pairs); f16 rand. sgl_per_token_quant_fp8(x, q, s) writes into
     # the caller's q and s [T]: fp8route's out=(q, s).
     torch.manual_seed(15)
     x = torch.rand(tokens, hidden, device=DEV, dtype=torch.float16)
@@ -729,15 +731,52 @@ def test_differs_group_size_512():
 
 
 @needs_sm90
-def test_differs_hidden_not_multiple_of_16():
-    # vLLM's per-token and per-tensor hidden sizes 17, 1025, 1026, 5137, 8193 and SGLang's 1368:
-    # fp8route's row kernels read 16-byte vectors and refuse H % 16 != 0, naming x.
-    for hidden in (17, 1025, 1026, 1368, 5137, 8193):
-        x = torch.rand(7, hidden, device=DEV, dtype=torch.bfloat16)
-        with pytest.raises(ValueError, match="x: H = .* must be a positive multiple of 16"):
-            fp8route.per_token_quant(x)
-        with pytest.raises(ValueError, match="x: H = .* must be a positive multiple of 16"):
-            fp8route.per_tensor_quant(x)
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("hidden", [17, 1025, 1026, 1368, 5137, 8193])
+def test_hidden_not_multiple_of_16(hidden, dtype):
+    # vLLM's per-token and per-tensor hidden sizes 17, 1025, 1026, 5137, 8193 and SGLang's 1368
+    # (docs/numerics.md: any H >= 1, any row stride >= H): per-token (E4M3 and INT8, both scale
+    # roundings), dynamic and static per-tensor bit for bit against the transcription of fp8route's
+    # rules; the fused silu_and_mul per-token form within its tolerance. Then the same ops on strided
+    # views (rows padded by an odd number of elements, the view starting one element into the
+    # buffer): the same bytes as on a contiguous copy.
+    torch.manual_seed(18)
+    tokens = 7
+    x = torch.randn(tokens, hidden, device=DEV, dtype=_dtype(dtype)) * 3
+    for code in ("e4m3", "i8"):
+        for rounding in ("none", "pow2"):
+            q, s = fp8route.per_token_quant(x, dtype=code, rounding=rounding)
+            rq, rs, _ = _ours_groups(x, hidden, code=code, pow2=rounding == "pow2")
+            assert _same_codes(q, rq) and torch.equal(s, rs[:, 0]), (code, rounding)
+    q, scale = fp8route.per_tensor_quant(x)
+    rq, rscale = _ours_tensor_dynamic(x)
+    assert torch.equal(scale, rscale) and _same_codes(q, rq)
+    static = torch.full((1,), 0.0123, device=DEV)
+    q, _ = fp8route.per_tensor_quant(x, static)
+    assert _same_codes(q, _ours_tensor_static(x, static))
+    gu = torch.randn(tokens, 2 * hidden, device=DEV, dtype=_dtype(dtype))
+    q, s = fp8route.silu_and_mul_per_token_quant(gu)
+    act = torch.nn.functional.silu(gu[:, :hidden].float()) * gu[:, hidden:].float()
+    rq, rs, _ = _ours_groups(act, hidden)
+    torch.testing.assert_close(s, rs[:, 0], rtol=1e-6, atol=0)
+    assert int(_code_steps(q, rq).max()) <= 1
+    for pad in (1, 7):
+        full = torch.randn(tokens, hidden + pad + 1, device=DEV, dtype=_dtype(dtype))
+        xs = full[:, 1:hidden + 1]
+        assert not xs.is_contiguous()
+        for code in ("e4m3", "i8"):
+            q1, s1 = fp8route.per_token_quant(xs, dtype=code)
+            q2, s2 = fp8route.per_token_quant(xs.contiguous(), dtype=code)
+            assert torch.equal(s1, s2) and _same_codes(q1, q2)
+        q1, s1 = fp8route.per_tensor_quant(xs)
+        q2, s2 = fp8route.per_tensor_quant(xs.contiguous())
+        assert torch.equal(s1, s2) and _same_codes(q1, q2)
+        q1, _ = fp8route.per_tensor_quant(xs, static)
+        assert _same_codes(q1, _ours_tensor_static(xs, static))
+        gus = torch.randn(tokens, 2 * hidden + pad + 1, device=DEV, dtype=_dtype(dtype))[:, 1:2 * hidden + 1]
+        q1, s1 = fp8route.silu_and_mul_per_token_quant(gus)
+        q2, s2 = fp8route.silu_and_mul_per_token_quant(gus.contiguous())
+        assert torch.equal(s1, s2) and _same_codes(q1, q2)
 
 
 @needs_sm90
