@@ -9,6 +9,15 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 "$root/scripts/build.sh"
+# ThreadSanitizer: its suites (ctest tsan_*, tests/CMakeLists.txt) are built above and run with the
+# others. Where the compiler cannot link -fsanitize=thread, configure leaves them out with a warning;
+# here that fails, unless they were turned off on purpose (-DFP8ROUTE_TSAN_TESTS=OFF).
+if ! grep -qE '^FP8ROUTE_HAVE_TSAN:INTERNAL=1|^FP8ROUTE_TSAN_TESTS:BOOL=OFF' \
+     "$root/build/${FP8ROUTE_PRESET:-release}/CMakeCache.txt"; then
+  echo "test.sh: no ThreadSanitizer suites in this build: the compiler cannot link -fsanitize=thread" \
+       "(GCC: install libtsan2), or configure with -DFP8ROUTE_TSAN_TESTS=OFF to go without" >&2
+  exit 1
+fi
 cores=$(nproc 2>/dev/null || echo 1)
 fuzz="${FP8ROUTE_FUZZ_SECONDS:-15}"
 if [ "$fuzz" = 0 ]; then unset FP8ROUTE_FUZZ_SECONDS; else export FP8ROUTE_FUZZ_SECONDS="$fuzz"; fi
