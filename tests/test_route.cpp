@@ -201,24 +201,39 @@ struct HeldOut {
   std::string probed_worst_at;
 };
 
+// One catalog model held out: its (N, K) at every TP of the catalog, and the router of a table
+// built from the recorded measurements of every other shape.
+struct HeldOutModel {
+  std::set<std::pair<int64_t, int64_t>> shapes;
+  Router router;
+};
+
+HeldOutModel hold_out(const tools::ShapeCatalog& catalog, const std::string& model, SupportsFn supports) {
+  std::vector<tools::LayerShape> layers;
+  for (const auto& l : catalog.layers)
+    if (l.model == model) layers.push_back(l);
+  std::set<std::pair<int64_t, int64_t>> shapes;
+  for (int tp : catalog.tp)
+    for (const auto& l : tools::at_tp(layers, tp)) shapes.insert({l.n, l.k});
+  std::vector<MeasurementRecord> rest;
+  for (const MeasurementRecord& r : h200_records())
+    if (!shapes.count({r.n, r.k})) rest.push_back(r);
+  return {std::move(shapes), Router(build_routing_table(rest, h200_stamp()), std::move(supports))};
+}
+
+std::set<std::string> catalog_models(const tools::ShapeCatalog& catalog) {
+  std::set<std::string> models;
+  for (const auto& l : catalog.layers) models.insert(l.model);
+  return models;
+}
+
 const std::vector<HeldOut>& held_out_figures() {
   static const std::vector<HeldOut> figures = [] {
   const tools::ShapeCatalog catalog = tools::load_catalog(tools::default_catalog_path());
-  std::set<std::string> models;
-  for (const auto& l : catalog.layers) models.insert(l.model);
   const std::map<Point, Times> all = points_of(h200_records());
   std::vector<HeldOut> out;
-  for (const std::string& model : models) {
-    std::vector<tools::LayerShape> layers;
-    for (const auto& l : catalog.layers)
-      if (l.model == model) layers.push_back(l);
-    std::set<std::pair<int64_t, int64_t>> shapes;
-    for (int tp : catalog.tp)
-      for (const auto& l : tools::at_tp(layers, tp)) shapes.insert({l.n, l.k});
-    std::vector<MeasurementRecord> rest;
-    for (const MeasurementRecord& r : h200_records())
-      if (!shapes.count({r.n, r.k})) rest.push_back(r);
-    const Router router(build_routing_table(rest, h200_stamp()), measured_on_h200());
+  for (const std::string& model : catalog_models(catalog)) {
+    const auto [shapes, router] = hold_out(catalog, model, measured_on_h200());
     HeldOut h{model};
     double log_sum = 0, probed_log_sum = 0;
     for (const auto& [pt, times] : all) {
@@ -398,22 +413,11 @@ TEST(Route, DISABLED_DumpProbeCandidates) {
   const char* path = std::getenv("FP8ROUTE_DUMP");
   ASSERT_NE(path, nullptr);
   const tools::ShapeCatalog catalog = tools::load_catalog(tools::default_catalog_path());
-  std::set<std::string> models;
-  for (const auto& l : catalog.layers) models.insert(l.model);
   const std::map<Point, Times> all = points_of(h200_records());
   const SupportsFn sup = measured_on_h200();
   nlohmann::json out = nlohmann::json::array();
-  for (const std::string& model : models) {
-    std::vector<tools::LayerShape> layers;
-    for (const auto& l : catalog.layers)
-      if (l.model == model) layers.push_back(l);
-    std::set<std::pair<int64_t, int64_t>> shapes;
-    for (int tp : catalog.tp)
-      for (const auto& l : tools::at_tp(layers, tp)) shapes.insert({l.n, l.k});
-    std::vector<MeasurementRecord> rest;
-    for (const MeasurementRecord& r : h200_records())
-      if (!shapes.count({r.n, r.k})) rest.push_back(r);
-    const Router router(build_routing_table(rest, h200_stamp()), sup);
+  for (const std::string& model : catalog_models(catalog)) {
+    const auto [shapes, router] = hold_out(catalog, model, sup);
     for (const auto& [pt, times] : all) {
       const auto [scale, od, pn, pk, pm] = pt;
       if (!shapes.count({pn, pk})) continue;
