@@ -20,7 +20,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -31,6 +30,7 @@
 #include "common/cli_validators.h"
 #include "common/exit_codes.h"
 #include "common/records.h"
+#include "common/text.h"
 #include "timing/gemm_operands.h"
 #include "timing/measure.h"
 #include "common/shapes.h"
@@ -44,6 +44,8 @@
 using namespace fp8route;
 
 namespace {
+
+using tools::print_wrapped;
 
 struct Row {
   std::string model, layer;
@@ -74,36 +76,12 @@ struct ProbeSeen {
 };
 
 constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;  // M, N, K of a GEMM (gemm.h)
-constexpr size_t kWidth = 120;                         // every printed line fits (docs/cli.md)
 
 // The JSON records' fields, in order, for --csv (a record's other keys follow: "first_us" in the
 // records of a re-checked problem, "source" in the routed ones; tools::csv_text).
 const std::vector<std::string> kCsvColumns = {"model", "layer", "tp", "m", "n", "k", "scale", "out", "bias",
                                               "backend", "config", "us", "min_us", "max_us", "sets", "tflops",
                                               "weight_gbps"};
-
-// A paragraph wrapped between words at kWidth columns, continuation lines indented by `indent` + 2.
-void print_wrapped(const std::string& text, size_t indent = 0) {
-  std::istringstream words(text);
-  const std::string first(indent, ' '), next(indent + 2, ' ');
-  std::string line = first;
-  bool fresh = true;  // nothing on the line but its indent
-  for (std::string w; words >> w;) {
-    if (!fresh && line.size() + 1 + w.size() > kWidth) {
-      std::printf("%s\n", line.c_str());
-      line = next, fresh = true;
-    }
-    line += (fresh ? "" : " ") + w;
-    fresh = false;
-  }
-  if (!fresh) std::printf("%s\n", line.c_str());
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 std::string problem_name(const tools::LayerShape& l, const GemmProblem& p) {
   return l.model + "/" + l.layer + " tp" + std::to_string(l.tp) + " " + std::string(name(p.scale)) +
@@ -123,7 +101,7 @@ void print_routed_summary(const std::vector<Verdict>& vs, double tol_pct, bool a
   const double tol = 1 + tol_pct / 100;
   std::printf("\n");
   print_wrapped("routed against the best single backend (the fastest config of any other backend timed alone), "
-                "tolerance " + fmt("%g", tol_pct) + "%:");
+                "tolerance " + tools::strf("%g", tol_pct) + "%:");
   const std::vector<int64_t> grid = autoprobe_config().probe.m_grid;
   // Groups: every problem, per scale kind, and (with --autoprobe) per M band of the probe grid.
   std::vector<std::pair<std::string, std::vector<const Verdict*>>> groups = {{"all", {}}};
@@ -164,10 +142,10 @@ void print_routed_summary(const std::vector<Verdict>& vs, double tol_pct, bool a
   }
   std::printf("\n");
   std::string line = std::to_string(vs.size() - over) + " of " + std::to_string(vs.size()) + " problems within " +
-                     fmt("%g", tol_pct) + "% of the best single backend, " + std::to_string(over) + " over";
+                     tools::strf("%g", tol_pct) + "% of the best single backend, " + std::to_string(over) + " over";
   if (same) line += " (" + std::to_string(same) + " of them ran the same config as the best: [same config])";
   if (recheck > 0)
-    line += "; " + std::to_string(rechecked) + " problems over " + fmt("%g", tol_pct) +
+    line += "; " + std::to_string(rechecked) + " problems over " + tools::strf("%g", tol_pct) +
             "% in the first pass were timed again (--recheck " + std::to_string(recheck) +
             ") and the times above are the re-check's";
   print_wrapped(line);
@@ -210,7 +188,7 @@ void print_probe_report(const std::vector<tools::LayerShape>& layers, const std:
       const bool timed = ps.recorded && (ps.rec.outcome == AutoProbeRecord::Outcome::probed ||
                                          ps.rec.outcome == AutoProbeRecord::Outcome::cached);
       std::printf("  %6lld %6lld %-6s %-8s %8s %7s %3s %12.2f", (long long)l.n, (long long)l.k, s.c_str(), o.c_str(),
-                  timed ? fmt("%.2f", ps.rec.seconds).c_str() : "-",
+                  timed ? tools::strf("%.2f", ps.rec.seconds).c_str() : "-",
                   timed ? std::to_string(ps.rec.timings).c_str() : "-",
                   timed ? std::to_string(ps.rec.m.size()).c_str() : "-", ps.first_call_s);
       if (first) std::printf(" %8.2f  %s", layer_s, label.c_str());
@@ -226,8 +204,8 @@ void print_probe_report(const std::vector<tools::LayerShape>& layers, const std:
   std::string counts;
   for (const auto& [o, n] : outcomes) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + o;
   std::printf("\n");
-  print_wrapped("total: " + fmt("%.2f", total) + " s probing in this process (" + counts +
-                "); the shapes' first calls " + fmt("%.2f", total_first_s) + " s; budget " + fmt("%g", cfg.budget_s) +
+  print_wrapped("total: " + tools::strf("%.2f", total) + " s probing in this process (" + counts +
+                "); the shapes' first calls " + tools::strf("%.2f", total_first_s) + " s; budget " + tools::strf("%g", cfg.budget_s) +
                 " s (FP8ROUTE_AUTOPROBE_BUDGET); " + std::to_string(cfg.probe.m_grid.size()) + " M per shape, " +
                 std::to_string(cfg.probe.instances) + " graph instances");
   for (const std::string& n : notes) print_wrapped(n, 2);
@@ -379,7 +357,7 @@ int main(int argc, char** argv) {
       print_wrapped("automatic probing on: each shape's first eager routed call (untimed, before any timing of the "
                     "shape) probes it when the table has no entry for it; probe cache " +
                     (cfg.cache_dir.empty() ? std::string("none (timings kept in this process)") : cfg.cache_dir) +
-                    " (" + std::to_string(cached_files) + " files there now); budget " + fmt("%g", cfg.budget_s) +
+                    " (" + std::to_string(cached_files) + " files there now); budget " + tools::strf("%g", cfg.budget_s) +
                     " s (FP8ROUTE_AUTOPROBE_BUDGET)");
       if (cached_files)
         print_wrapped("note: shapes the probe cache already holds are read, not probed: their cost is not measured "
@@ -426,9 +404,9 @@ int main(int argc, char** argv) {
                                  " k=" + std::to_string(r.k) + ": " + std::string(name(r.outcome));
               if (r.outcome == AutoProbeRecord::Outcome::probed || r.outcome == AutoProbeRecord::Outcome::cached)
                 what += " " + std::to_string(r.m.size()) + " M, " + std::to_string(r.timings) + " timings, " +
-                        fmt("%.2f s", r.seconds) +
+                        tools::strf("%.2f s", r.seconds) +
                         (r.outcome == AutoProbeRecord::Outcome::cached ? " (when it was probed)" : "");
-              what += "; first call " + fmt("%.2f s", call_s);
+              what += "; first call " + tools::strf("%.2f s", call_s);
               if (!r.note.empty()) what += "; " + r.note;
               probe_lines.push_back(what);
             }
@@ -545,7 +523,7 @@ int main(int argc, char** argv) {
           }
           if (judged) {
             std::printf("    routed / best single backend %.3fx%s (%s route)\n", v.ratio(),
-                        v.ratio() > 1 + tolerance / 100 ? fmt(" OVER %g%%", tolerance).c_str() : "", v.source.c_str());
+                        v.ratio() > 1 + tolerance / 100 ? tools::strf(" OVER %g%%", tolerance).c_str() : "", v.source.c_str());
             if (v.first_ratio > 0)
               std::printf("    re-checked with %d graph instances: the first pass had %.3fx\n", recheck_opt.instances,
                           v.first_ratio);

@@ -9,13 +9,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +22,7 @@
 #include "common/args.h"
 #include "common/exit_codes.h"
 #include "common/records.h"
+#include "common/text.h"
 #include "timing/gemm_operands.h"
 #include "commands.h"
 #include "fp8route/device.h"
@@ -37,39 +36,12 @@ namespace fp8route::cli {
 
 namespace {
 
-// Every line of bench's tables fits this many columns, with the catalog's longest layer names and
-// the longest backend/config names (the routed choice is cut to fit only when more than the three
-// default backends are compared; the records have it whole).
-constexpr size_t kWidth = 120;
-
-std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string strf(const char* fmt, ...) {
-  va_list ap, again;
-  va_start(ap, fmt);
-  va_copy(again, ap);
-  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
-  va_end(ap);
-  std::string s(n > 0 ? size_t(n) : 0, '\0');
-  std::vsnprintf(s.data(), s.size() + 1, fmt, again);
-  va_end(again);
-  return s;
-}
-
-// A paragraph wrapped between words at kWidth columns, continuation lines indented by two.
-void print_wrapped(const std::string& text) {
-  std::istringstream words(text);
-  std::string line;
-  bool fresh = true;  // nothing on the line but its indent
-  for (std::string w; words >> w;) {
-    if (!fresh && line.size() + 1 + w.size() > kWidth) {
-      std::printf("%s\n", line.c_str());
-      line = "  ", fresh = true;
-    }
-    line += (fresh ? "" : " ") + w;
-    fresh = false;
-  }
-  if (!fresh) std::printf("%s\n", line.c_str());
-}
+// Every line of bench's tables fits tools::kWidth columns, with the catalog's longest layer names
+// and the longest backend/config names (the routed choice is cut to fit only when more than the
+// three default backends are compared; the records have it whole).
+using tools::kWidth;
+using tools::print_wrapped;
+using tools::strf;
 
 // The records' fields, in order, for --csv (the same as --json's; "algo" and "first_us" are empty
 // where a record has none).
