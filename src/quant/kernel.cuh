@@ -558,9 +558,12 @@ __device__ __forceinline__ int64_t row_vecs(int64_t hidden) {
   return kAligned ? hidden / kQuantVec : (hidden + kQuantVec - 1) / kQuantVec;
 }
 
-// Elements of vector v of a row of `hidden` elements (8 but for the last of a row when H % 8 != 0).
+// Elements of vector v of a row of `hidden` elements (8 but for the last of a row when H % 8 != 0;
+// always 8 with kAligned).
+template <bool kAligned>
 __device__ __forceinline__ int vec_width(int64_t hidden, int64_t v) {
-  return static_cast<int>(min(static_cast<int64_t>(kQuantVec), hidden - v * kQuantVec));
+  if constexpr (kAligned) return kQuantVec;
+  else return static_cast<int>(min(static_cast<int64_t>(kQuantVec), hidden - v * kQuantVec));
 }
 
 // Elements [0, n) of p (n <= 8) one at a time into the words a 16-byte load would fill; +0 past n.
@@ -655,7 +658,7 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
     for (int k = 0; k < kTokenRegVecs; ++k) {
       const int v = k * kRowThreads + threadIdx.x;
       if (v < vecs) {
-        const int n = kAligned ? kQuantVec : vec_width(p.hidden, v);
+        const int n = vec_width<kAligned>(p.hidden, v);
         raw[k] = load_row_vec<kAligned>(row + v * kQuantVec, n);
         if constexpr (kFused) raw_up[k] = load_row_vec<kAligned>(up + v * kQuantVec, n);
       }
@@ -676,14 +679,14 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
       const int v = k * kRowThreads + threadIdx.x;
       if (v < vecs)
         store_row_codes<kAligned>(q + v * kQuantVec, encode(x[k], sm.multiplier, p.int8),
-                                  kAligned ? kQuantVec : vec_width(p.hidden, v));
+                                  vec_width<kAligned>(p.hidden, v));
     }
     if (threadIdx.x == 0) p.s[t] = sm.scale;
     return;
   }
   // Vector v's values (read again for the codes from L1/L2); returns their finite amax.
   auto values = [&](int v, float (&x)[kQuantVec]) {
-    const int n = kAligned ? kQuantVec : vec_width(p.hidden, v);
+    const int n = vec_width<kAligned>(p.hidden, v);
     return lane_values<kFused>(load_row_vec<kAligned>(row + v * kQuantVec, n),
                                kFused ? load_row_vec<kAligned>(up + v * kQuantVec, n) : Raw8<InT>{}, x, special);
   };
@@ -699,7 +702,7 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
     float x[kQuantVec];
     values(v, x);
     store_row_codes<kAligned>(q + v * kQuantVec, encode(x, sm.multiplier, p.int8),
-                              kAligned ? kQuantVec : vec_width(p.hidden, v));
+                              vec_width<kAligned>(p.hidden, v));
   }
   if (threadIdx.x == 0) p.s[t] = sm.scale;
 }
@@ -720,7 +723,7 @@ __device__ __forceinline__ void for_each_vector(const RowQuantParams& p, Fn&& fn
       if (i < total) {
         const int64_t t = i / vecs_per_row, v = i - t * vecs_per_row;
         raw[k] = load_row_vec<kAligned>(static_cast<const InT*>(p.x) + t * p.x_stride_t + v * kQuantVec,
-                                        kAligned ? kQuantVec : vec_width(p.hidden, v));
+                                        vec_width<kAligned>(p.hidden, v));
       }
     }
 #pragma unroll
@@ -784,7 +787,7 @@ __global__ void __launch_bounds__(kRowThreads) tensor_quant_kernel(const RowQuan
 #pragma unroll
     for (int j = 0; j < kQuantVec; ++j) x[j] = kStatic ? __fdiv_rn(xin[j], s) : xin[j];
     const uint2 codes = encode(x, m, p.int8);
-    store_row_codes<kAligned>(p.q + t * p.hidden + v * kQuantVec, codes, kAligned ? kQuantVec : vec_width(p.hidden, v));
+    store_row_codes<kAligned>(p.q + t * p.hidden + v * kQuantVec, codes, vec_width<kAligned>(p.hidden, v));
   });
 }
 
@@ -825,7 +828,7 @@ __global__ void __launch_bounds__(kClusterThreads) tensor_quant_cluster_kernel(c
   [[maybe_unused]] auto place = [&](int i) {
     const int t = i / vecs_per_row, v = i - t * vecs_per_row;
     const int64_t col = static_cast<int64_t>(v) * kQuantVec;
-    return Place{t * p.x_stride_t + col, t * p.hidden + col, vec_width(p.hidden, v)};
+    return Place{t * p.x_stride_t + col, t * p.hidden + col, vec_width<false>(p.hidden, v)};
   };
   Raw8<InT> raw[kVecs];
 #pragma unroll
