@@ -1107,8 +1107,10 @@ TEST(RowQuantGpu, PerTensorDynamicGraphsReplayedConcurrently) {
   // before the captures.
   quant(2, 0, cap);
   FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(cap));
+  // An exec per replay: launching one exec again while its earlier launch waits at the gate can
+  // block the host. The replays of graph g still run one after another, on replay[g].
   cudaGraph_t graph[2];
-  cudaGraphExec_t exec[2];
+  std::vector<cudaGraphExec_t> exec[2];
   for (int g = 0; g < 2; ++g) {
     FP8ROUTE_TEST_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal));
     std::string error;
@@ -1122,7 +1124,8 @@ TEST(RowQuantGpu, PerTensorDynamicGraphsReplayedConcurrently) {
     }
     FP8ROUTE_TEST_CUDA(cudaStreamEndCapture(cap, &graph[g]));
     ASSERT_EQ(error, "");
-    FP8ROUTE_TEST_CUDA(cudaGraphInstantiate(&exec[g], graph[g], 0));
+    exec[g].resize(kReplays);
+    for (cudaGraphExec_t& e : exec[g]) FP8ROUTE_TEST_CUDA(cudaGraphInstantiate(&e, graph[g], 0));
   }
   {
     test::StartGate gate;
@@ -1130,11 +1133,13 @@ TEST(RowQuantGpu, PerTensorDynamicGraphsReplayedConcurrently) {
     for (cudaStream_t r : replay) ASSERT_TRUE(gate.hold(r));
     for (int i = 0; i < kReplays; ++i)
       for (int g = 0; g < 2; ++g) {
-        FP8ROUTE_TEST_CUDA(cudaGraphLaunch(exec[g], replay[g]));
+        FP8ROUTE_TEST_CUDA(cudaGraphLaunch(exec[g][i], replay[g]));
         FP8ROUTE_TEST_CUDA(cudaMemcpyAsync(history[g].as<float>() + i * kCalls, ds[g].data(), kCalls * 4,
                                            cudaMemcpyDeviceToDevice, replay[g]));
       }
     gate.open();
+    if (gate.opened_by_watchdog())
+      std::printf("[note] the held replays were released by the start gate's watchdog\n");
   }
   for (cudaStream_t r : replay) FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(r));
   for (int g = 0; g < 2; ++g) {
@@ -1163,7 +1168,10 @@ TEST(RowQuantGpu, PerTensorDynamicGraphsReplayedConcurrently) {
     EXPECT_EQ(scale, want[2].scales[0]) << what;
     EXPECT_TRUE(bytes_equal(download(dq[2].data(), codes), want[2].codes, what, H));
   }
-  for (int g = 0; g < 2; ++g) cudaGraphExecDestroy(exec[g]), cudaGraphDestroy(graph[g]);
+  for (int g = 0; g < 2; ++g) {
+    for (cudaGraphExec_t e : exec[g]) cudaGraphExecDestroy(e);
+    cudaGraphDestroy(graph[g]);
+  }
   for (cudaStream_t r : replay) cudaStreamDestroy(r);
   cudaStreamDestroy(cap);
 }
