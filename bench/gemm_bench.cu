@@ -222,6 +222,7 @@ int main(int argc, char** argv) {
   std::string models, tps = "1", ms, scales = "tensor,row,block", backends = tools::timed_backends();
   std::string out_name = "bf16", json_path, csv_path, catalog = tools::default_catalog_path(), shapes;
   bool bias = false, with_floor = false, autoprobe = false, interleave = false;
+  std::string probe_ms;
   int reps = 20, instances = 1, screen_pct = 0, recheck = 0;
   double tolerance = 5;
   int64_t scale_offset = 0;
@@ -263,6 +264,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000));
   app.add_flag("--autoprobe", autoprobe,
                "automatic probing on: routed (added) is an eager scaled_mm after its first call probed the shape");
+  app.add_option("--probe-m", probe_ms,
+                 "with --autoprobe: the M grid the automatic probe times (default: AutoProbeConfig's 13 M)");
   app.add_option("--recheck", recheck,
                  "time a problem again with N graph instances when routed is over --tolerance (0: off)")
       ->capture_default_str()
@@ -291,6 +294,8 @@ int main(int argc, char** argv) {
     // Every option is checked before the GPU is looked for.
     const std::vector<int64_t> tp_list = tools::parse_int_list(tps, "--tp", 1, 1024);
     const std::vector<int64_t> m_list = ms.empty() ? std::vector<int64_t>{} : tools::parse_int_list(ms, "--m", 1, kMaxDim);
+    const std::vector<int64_t> probe_grid =
+        probe_ms.empty() ? std::vector<int64_t>{} : tools::parse_int_list(probe_ms, "--probe-m", 1, kMaxDim);
     std::vector<std::pair<int64_t, int64_t>> nk_list;
     for (const std::string& nk : tools::parse_names(shapes)) {
       const auto colon = nk.find(':');
@@ -307,6 +312,11 @@ int main(int argc, char** argv) {
     FP8ROUTE_CHECK_CAT(cuda_device_count() > 0, ErrorCategory::unsupported,
                        "gemm_bench needs a GPU: " << cuda_unavailable_reason());
     if (autoprobe) set_autoprobe(true);  // FP8ROUTE_AUTOPROBE=0 or not; cache folder and budget from the environment
+    if (autoprobe && !probe_grid.empty()) {
+      AutoProbeConfig cfg = autoprobe_config();
+      cfg.probe.m_grid = probe_grid;
+      set_autoprobe_config(cfg);
+    }
     const tools::ShapeCatalog cat = tools::load_catalog(catalog);
     // Layers: one per distinct (n, k), labelled by the first model/layer that has it.
     std::vector<tools::LayerShape> layers;
