@@ -20,7 +20,9 @@ torch op's implementation called directly, and torch.ops.fp8route.<op> (through 
 a compiled graph calls it). Calls are issued in bursts short enough that the launch queue never
 fills, so the host is never waiting for the GPU; each round times one burst of every path in a
 shuffled order, median over rounds. Target: the public function within 1 us of its implementation
-per op; the summary also gives the torch op over the public function and the dispatcher's share.
+per op; the summary also gives the torch op over the public function and the dispatcher's share,
+and, as torch's floor, the dispatcher's cost for an op of the same schema that only allocates its
+outputs.
 --stub times the same Python paths on the CPU with the native module's calls replaced by no-ops
 (no GPU needed: compare versions of the Python layers; CPU torch.empty stands in for CUDA's).
 
@@ -217,6 +219,33 @@ def overhead(args):
         lib.per_token_quant(x, qb, s, "none", False)
         layer.plan.run(qb, s, y)
 
+    # The dispatcher's own cost: for each op, an op of the same schema, defined and implemented as
+    # fp8route's are (torch.library.Library define + impl), that allocates its outputs and does
+    # nothing else (torch.empty inside a dispatched Python kernel costs more than outside it).
+    bench_lib = torch.library.Library("fp8route_bench", "FRAGMENT")
+
+    def noop_like(name, *call_args):
+        schema = str(getattr(torch.ops.fp8route, name).default._schema).split("::", 1)[1]
+        bench_lib.define(schema)
+        outputs = getattr(torch.ops.fp8route, name)(*call_args)
+        like = [(o.shape, o.dtype, o.device) for o in (outputs if isinstance(outputs, tuple) else (outputs,))]
+
+        def fn(*a):  # allocates its outputs as the real implementation does (torch.empty), nothing else
+            made = tuple(torch.empty(size=sh, dtype=dt, device=d) for sh, dt, d in like)
+            return made if isinstance(outputs, tuple) else made[0]
+
+        bench_lib.impl(name, fn, "CompositeExplicitAutograd")  # the key fp8route registers under
+        op = getattr(torch.ops.fp8route_bench, name)
+        return lambda: fn(*call_args), lambda: op(*call_args)
+
+    floors = {
+        "per_token_quant": noop_like("per_token_quant", x, "e4m3", "none", False),
+        "scaled_mm": noop_like("scaled_mm", q, wb, s, ws, None, torch.bfloat16, "row"),
+        "Fp8Linear.forward": noop_like("linear", x, wb, key, "row", torch.bfloat16),
+        "Fp8Linear.forward_quantized": noop_like("linear_quantized", q, s, wb, key, torch.bfloat16),
+    }
+    floors["Fp8Linear (module call)"] = floors["Fp8Linear.forward"]
+
     cases = {
         # name: (the native module alone, outputs given; torch.empty of the outputs the implementation
         # allocates; the implementation the op runs, allocating its outputs; the public function; the
@@ -255,14 +284,18 @@ def overhead(args):
                                         lambda: torch.ops.fp8route.linear_quantized(q, s, wb, key,
                                                                                     torch.bfloat16)),
     }
-    kinds = ("native", "alloc", "impl", "public", "registered", "op")
+    kinds = ("native", "alloc", "impl", "public", "registered", "op", "floor_registered", "floor_op")
+    for name, fns in cases.items():
+        cases[name] = fns + floors[name]
     print(f"torch {torch.__version__}, {where}, fp8route {fp8route.__version__}: host us per call at M = 1 "
           f"(median of {bursts} rounds of interleaved bursts of {burst})")
     print("  native: the native module alone (outputs given); alloc: torch.empty of the outputs impl allocates;\n"
           "  impl: what the op runs, allocating; public: fp8route.X / Fp8Linear; registered: the torch op's Python\n"
           "  implementation called directly; torch.ops: through the dispatcher; ours = impl - native - alloc")
+    print("  dispatcher: torch.ops over the registered function called directly; floor: the same for an op of\n"
+          "  the same schema that only allocates its outputs (torch's share)")
     print(f"{'op':28} {'native':>7} {'alloc':>7} {'impl':>7} {'public':>7} {'registered':>10} {'torch.ops':>9} "
-          f"{'ours':>6} {'public-impl':>11} {'op-public':>9} {'dispatcher':>10}")
+          f"{'ours':>6} {'public-impl':>11} {'op-public':>9} {'dispatcher':>10} {'floor':>6}")
     records = []
     with torch.inference_mode():
         timed = host_us({(name, kind): fn for name, fns in cases.items() for kind, fn in zip(kinds, fns) if fn},
@@ -272,7 +305,8 @@ def overhead(args):
             ours = t["impl"] - t["native"] - t["alloc"]
             print(f"{name:28} {t['native']:7.2f} {t['alloc']:7.2f} {t['impl']:7.2f} {t['public']:7.2f} "
                   f"{t['registered']:10.2f} {t['op']:9.2f} {ours:6.2f} {t['public'] - t['impl']:11.2f} "
-                  f"{t['op'] - t['public']:9.2f} {t['op'] - t['registered']:10.2f}")
+                  f"{t['op'] - t['public']:9.2f} {t['op'] - t['registered']:10.2f} "
+                  f"{t['floor_op'] - t['floor_registered']:6.2f}")
             records.append({"op": name, **{f"{kind}_us": v for kind, v in t.items()}})
     if args.stub:
         print("(CPU-harness figures: the stubbed native call and CPU torch.empty stand in for the GPU host's)")
@@ -283,8 +317,11 @@ def overhead(args):
           f"({worst['op']}), {'met' if gap <= 1.0 else 'NOT met'}")
     over = [r["op_us"] - r["public_us"] for r in rest]
     disp = [r["op_us"] - r["registered_us"] for r in rest]
+    excess = [(r["op_us"] - r["registered_us"]) - (r["floor_op_us"] - r["floor_registered_us"]) for r in rest]
     print(f"torch.ops.fp8route.X over the public function: {min(over):.2f} to {max(over):.2f} us, of which the "
-          f"dispatcher (torch.ops over the registered function called directly) {min(disp):.2f} to {max(disp):.2f} us")
+          f"dispatcher (torch.ops over the registered function called directly) {min(disp):.2f} to {max(disp):.2f} us, "
+          f"{min(excess):.2f} to {max(excess):.2f} us more than for an op of the same schema that only allocates "
+          f"its outputs")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)
