@@ -899,7 +899,9 @@ std::vector<std::pair<std::string, std::string>> scratch_configs(const GemmProbl
 // stream writes nothing), or one replay's flag reset lands in the other's reduction (CUTLASS).
 TEST(GemmBackends, GraphsReplayedConcurrentlyKeepTheirScratch) {
   FP8ROUTE_REQUIRE_SM90();
-  constexpr int kReplays = 32;  // per stream, released together
+  // Per stream, released together: with a copy after each, 2 x 2 x 16 held operations, within what
+  // the driver queues while they wait (the host blocked at the 28th replay of 32).
+  constexpr int kReplays = 16;
   const GemmProblem p = make_problem(8, 256, 1152, ScaleKind::row, DType::bf16, false);
   const auto configs = scratch_configs(p);
   ASSERT_FALSE(configs.empty());
@@ -916,10 +918,8 @@ TEST(GemmBackends, GraphsReplayedConcurrentlyKeepTheirScratch) {
     scaled_mm(eager.args, b, c, cap);
     ASSERT_EQ(cudaStreamSynchronize(cap), cudaSuccess);
     ASSERT_TRUE(eager.check("warm-up on the capture stream, " + name));
-    // An exec per replay: launching one exec again while its earlier launch waits at the gate can
-    // block the host. The replays of graph i still run one after another, on replay[i].
     cudaGraph_t graph[2];
-    std::vector<cudaGraphExec_t> exec[2];
+    cudaGraphExec_t exec[2];
     for (int i = 0; i < 2; ++i) {
       ASSERT_EQ(cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal), cudaSuccess);
       std::string error;
@@ -931,8 +931,7 @@ TEST(GemmBackends, GraphsReplayedConcurrentlyKeepTheirScratch) {
       }
       ASSERT_EQ(cudaStreamEndCapture(cap, &graph[i]), cudaSuccess) << name;
       ASSERT_EQ(error, "") << name;
-      exec[i].resize(kReplays);
-      for (cudaGraphExec_t& e : exec[i]) ASSERT_EQ(cudaGraphInstantiate(&e, graph[i], 0), cudaSuccess) << name;
+      ASSERT_EQ(cudaGraphInstantiate(&exec[i], graph[i], 0), cudaSuccess) << name;
     }
     DeviceBuffer history[2] = {DeviceBuffer(kReplays * g[0].out_bytes()), DeviceBuffer(kReplays * g[1].out_bytes())};
     {
@@ -941,14 +940,13 @@ TEST(GemmBackends, GraphsReplayedConcurrentlyKeepTheirScratch) {
       for (cudaStream_t r : replay) ASSERT_TRUE(gate.hold(r));
       for (int k = 0; k < kReplays; ++k)
         for (int i = 0; i < 2; ++i) {
-          ASSERT_EQ(cudaGraphLaunch(exec[i][k], replay[i]), cudaSuccess);
+          ASSERT_EQ(cudaGraphLaunch(exec[i], replay[i]), cudaSuccess);
           ASSERT_EQ(cudaMemcpyAsync(history[i].as<char>() + k * g[i].out_bytes(), g[i].out.data(), g[i].out_bytes(),
                                     cudaMemcpyDeviceToDevice, replay[i]),
                     cudaSuccess);
         }
       gate.open();
-      if (gate.opened_by_watchdog())
-        std::printf("[note] the held replays were released by the start gate's watchdog\n");
+      EXPECT_FALSE(gate.opened_by_watchdog()) << "the host blocked while enqueueing the held replays";
     }
     for (cudaStream_t r : replay) ASSERT_EQ(cudaStreamSynchronize(r), cudaSuccess) << name;
     for (int i = 0; i < 2; ++i) {
@@ -966,10 +964,7 @@ TEST(GemmBackends, GraphsReplayedConcurrentlyKeepTheirScratch) {
       EXPECT_TRUE(eager.check((s == cap ? "eager on the capture stream after the replays, "
                                         : "eager on a replay stream after the replays, ") + name));
     }
-    for (int i = 0; i < 2; ++i) {
-      for (cudaGraphExec_t e : exec[i]) cudaGraphExecDestroy(e);
-      cudaGraphDestroy(graph[i]);
-    }
+    for (int i = 0; i < 2; ++i) cudaGraphExecDestroy(exec[i]), cudaGraphDestroy(graph[i]);
     for (cudaStream_t r : replay) cudaStreamDestroy(r);
     cudaStreamDestroy(cap);
     if (testing::Test::HasFailure()) return;  // one failing config is enough to read
