@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
   app.add_flag("--autoprobe", autoprobe,
                "automatic probing on: routed (added) is an eager scaled_mm after its first call probed the shape");
   app.add_option("--probe-m", probe_ms,
-                 "with --autoprobe: the M grid the automatic probe times (default: AutoProbeConfig's 13 M)");
+                 "with --autoprobe: the M grid the automatic probe times (default: AutoProbeConfig's 21 M)");
   app.add_option("--recheck", recheck,
                  "time a problem again with N graph instances when routed is over --tolerance (0: off)")
       ->capture_default_str()

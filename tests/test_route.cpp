@@ -435,9 +435,10 @@ TEST(Route, DISABLED_DumpProbeCandidates) {
         }
       const GemmChoice h = gemm_select(p);
       nlohmann::json heur = sup(h.backend, h.config, p).empty() ? nlohmann::json{h.backend, h.config} : nlohmann::json();
-      // The router's own choice at M after automatic probing's default grid (13 M, top 5) timed the
-      // shape, the timings being the recorded ones: bench/autoprobe_between_m.py checks its
-      // "current" rule against it.
+      // The router's own choice at an M off automatic probing's default grid (top 5 timed at each
+      // of its M), the timings being the recorded ones: bench/autoprobe_between_m.py checks its
+      // "current" rule against it. (With the 21-M default grid every recorded M is on it, and the
+      // field is empty.)
       nlohmann::json routed;
       const ProbeOptions probe = AutoProbeConfig{}.probe;
       if (std::find(probe.m_grid.begin(), probe.m_grid.end(), pm) == probe.m_grid.end()) {
