@@ -13,6 +13,7 @@
 
 #include "fp8route/attention.h"
 #include "fp8route/error.h"
+#include "fp8route/norm.h"
 #include "fp8route/reference.h"
 #include "gpu_util.h"
 #include "test_util.h"
@@ -225,6 +226,45 @@ TEST_P(DecodeAttentionGpu, RepeatRunsAreBitIdentical) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_TRUE(test::bytes_equal(bytes(dev.output(s)), bytes(first), "out"));
   }
+}
+
+// cache_ready after a kernel that writes qkv and lets its dependents launch at once (an RMSNorm of a
+// staging copy, over qkv poisoned with NaN first): the attention loads the cache early and must
+// still read the fresh qkv. Output and caches equal the waiting launch's, bit for bit, every time.
+TEST_P(DecodeAttentionGpu, CacheReadyAfterAProducerOfQkvGivesTheSameBits) {
+  FP8ROUTE_REQUIRE_SM90();
+  const Shape s = GetParam();
+  std::mt19937_64 rng(test::test_seed() + 4);
+  const Problem p(s, positions_for(s, rng), rng);
+  Device dev(p);
+  const int64_t cols = (s.hq + 2 * s.hk) * s.d;
+  ASSERT_LE(cols, kRmsNormMaxHidden);
+  const DeviceBuffer stage = upload(p.qkv);
+  const DeviceBuffer gamma = upload(std::vector<uint16_t>(cols, s.dtype == DType::bf16 ? 0x3F80 : 0x3C00));  // 1.0
+  RmsNormInput norm;
+  norm.x = TensorView::contiguous(stage.data(), s.dtype, {s.batch, cols});
+  norm.weight = TensorView::contiguous(gamma.data(), s.dtype, {cols});
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto run = [&](bool ready) {
+    EXPECT_EQ(cudaMemcpyAsync(dev.kc.data(), p.kc.data(), p.kc.size() * 2, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(dev.vc.data(), p.vc.data(), p.vc.size() * 2, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(dev.qkv.data(), 0xFF, static_cast<size_t>(s.batch * cols * 2), stream), cudaSuccess);
+    rms_norm(norm, dev.args.qkv, stream);
+    DecodeAttentionArgs a = dev.args;
+    a.cache_ready = ready;
+    decode_attention(a, dev.out_view, stream);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<uint8_t> all = bytes(dev.output(s));
+    for (const DeviceBuffer* c : {&dev.kc, &dev.vc}) {
+      const std::vector<uint8_t> b = download(c->data(), p.kc.size() * 2);
+      all.insert(all.end(), b.begin(), b.end());
+    }
+    return all;
+  };
+  const std::vector<uint8_t> want = run(false);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(test::bytes_equal(run(true), want, "out, k_cache, v_cache")) << "run " << i;
+  cudaStreamDestroy(stream);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -33,6 +33,12 @@ struct DecodeAttentionArgs {
   int num_kv_heads = 0;  // Hk
   float scale = 0.0f;    // softmax scale; 0: 1 / sqrt(D)
   int window = 0;        // sliding window in positions; 0: none
+  // The caller's promise that `positions` and the cached rows before each position are not written
+  // by the kernel just before this one in the stream (the qkv projection, in a decoder whose cache
+  // only this op and earlier steps write): with programmatic dependent launch the kernel then loads
+  // them while that kernel finishes, and waits for it only before reading qkv. False: every read
+  // waits.
+  bool cache_ready = false;
 };
 
 // Head dims the kernel is built for.

@@ -379,26 +379,30 @@ def rms_norm_per_tensor_quant(x, weight, scale, eps=1e-6, residual=None, residua
 
 
 def _decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale, window, q_norm,
-                      k_norm, eps, out):
+                      k_norm, eps, out, cache_ready=False):
     if out is None:
         d = qkv.shape[1] // (num_q_heads + 2 * num_kv_heads) if num_q_heads + 2 * num_kv_heads > 0 else 0
         out = _empty(qkv, (qkv.shape[0], num_q_heads * d), _name_of(qkv))
     has = q_norm is not None
     lib.decode_attention(qkv, k_cache, v_cache, cos, sin, positions, has, q_norm if has else qkv,
                          k_norm if has else qkv, float(eps), int(num_q_heads), int(num_kv_heads),
-                         0.0 if scale is None else float(scale), int(window), out)
+                         0.0 if scale is None else float(scale), int(window), bool(cache_ready), out)
     return out
 
 
 def decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale=None, window=0,
-                     q_norm=None, k_norm=None, eps=1e-6, out=None):
+                     q_norm=None, k_norm=None, eps=1e-6, out=None, cache_ready=False):
     """Attention of one new token per sequence over its KV cache, fused with what precedes it:
     qkv [B, (Hq + 2 Hk) * D] (bf16/f16; the q heads, then k, then v) -> optional per-head RMSNorm of
     q and k (q_norm, k_norm [D]), rotary embedding by row `position` of cos/sin [>= S, D]
     (rotate-half), k and v written to k_cache / v_cache [B, Hk, S, D] at each sequence's position,
     then softmax(q k^T * scale) v over positions max(0, p - window + 1) .. p (window 0: all).
     positions: int32 [B] on the device (int64 is converted: one small copy per call). scale: default
-    1 / sqrt(D). Returns out [B, Hq * D]. A position outside [0, S) writes nothing and gives NaN."""
+    1 / sqrt(D). Returns out [B, Hq * D]. A position outside [0, S) writes nothing and gives NaN.
+    cache_ready=True promises that positions and the cached rows before each position are not
+    written by the kernel just before this call on the stream (the qkv projection, in a decoder
+    whose cache only this op and earlier steps write): the kernel then loads them while that kernel
+    finishes (programmatic dependent launch)."""
     if _is_torch(positions) and positions.dtype == torch.int64:
         positions = positions.to(torch.int32)
     if type(qkv) is not _Tensor or qkv.dim() != 2:
@@ -408,9 +412,9 @@ def decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, nu
     if _compiling():
         return _into(out, torch.ops.fp8route.decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads,
                                                               num_kv_heads, 0.0 if scale is None else float(scale),
-                                                              window, q_norm, k_norm, eps))
+                                                              window, q_norm, k_norm, eps, bool(cache_ready)))
     return _decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale, window,
-                             q_norm, k_norm, eps, out)
+                             q_norm, k_norm, eps, out, cache_ready)
 
 
 def _b_cols(a, b):

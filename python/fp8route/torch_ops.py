@@ -315,18 +315,18 @@ def rms_norm_per_tensor_quant(x, weight, scale, eps, residual, dtype):
 # ------------------------------------------------------------------------------------------------
 
 def _decode_attention_fake(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale, window,
-                           q_norm, k_norm, eps):
+                           q_norm, k_norm, eps, cache_ready=False):
     return qkv.new_empty((qkv.shape[0], num_q_heads * k_cache.shape[-1]))
 
 
 @_define("decode_attention(Tensor qkv, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cos, Tensor sin, "
          "Tensor positions, int num_q_heads, int num_kv_heads, float scale, int window, Tensor? q_norm, "
-         "Tensor? k_norm, float eps) -> Tensor", _decode_attention_fake)
+         "Tensor? k_norm, float eps, bool cache_ready=False) -> Tensor", _decode_attention_fake)
 def decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale, window, q_norm,
-                     k_norm, eps):
+                     k_norm, eps, cache_ready=False):
     """ops.decode_attention (scale 0: 1 / sqrt(D)); writes the new rows of k_cache and v_cache."""
     if positions.dtype == torch.int64:
         positions = positions.to(torch.int32)
     return ops._decode_attention(qkv, k_cache, v_cache, cos, sin, positions, num_q_heads, num_kv_heads, scale or None,
-                                 window, q_norm, k_norm, eps, None)
+                                 window, q_norm, k_norm, eps, None, cache_ready)
 

@@ -282,7 +282,8 @@ void rms_norm(FfiTensor x, FfiTensor weight, double eps, bool has_residual, FfiT
 // Fused decode attention (include/fp8route/attention.h); q_norm/k_norm are read only with has_norm.
 void decode_attention(FfiTensor qkv, FfiTensor k_cache, FfiTensor v_cache, FfiTensor cos, FfiTensor sin,
                       FfiTensor positions, bool has_norm, FfiTensor q_norm, FfiTensor k_norm, double eps,
-                      int64_t num_q_heads, int64_t num_kv_heads, double scale, int64_t window, FfiTensor out) {
+                      int64_t num_q_heads, int64_t num_kv_heads, double scale, int64_t window, bool cache_ready,
+                      FfiTensor out) {
   guarded([&] {
     const DeviceGuard device(qkv);
     FP8ROUTE_CHECK(num_q_heads > 0 && num_q_heads <= 0x7FFFFFFF, "num_q_heads: outside [1, 2^31), got " << num_q_heads);
@@ -305,6 +306,7 @@ void decode_attention(FfiTensor qkv, FfiTensor k_cache, FfiTensor v_cache, FfiTe
     a.num_kv_heads = static_cast<int>(num_kv_heads);
     a.scale = static_cast<float>(scale);
     a.window = static_cast<int>(window);
+    a.cache_ready = cache_ready;
     fp8route::decode_attention(a, view(out, "out"), stream_of(qkv));
   });
 }

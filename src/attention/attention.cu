@@ -258,6 +258,7 @@ void decode_attention(const DecodeAttentionArgs& a, const TensorView& out, cudaS
   p.chunks = (group + g - 1) / g;
   p.seq = static_cast<int32_t>(seq);
   p.window = a.window;
+  p.cache_ready = a.cache_ready;
   p.eps = a.eps;
   const float scale = a.scale > 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   p.scale_log2 = scale * 1.4426950408889634f;

@@ -44,6 +44,7 @@ struct DecodeAttnParams {
   int32_t hq, hk, group, chunks;  // group = hq / hk query heads per kv head, in `chunks` blocks
   int32_t seq;                    // S, positions in the cache
   int32_t window;                 // 0: none
+  bool cache_ready;               // positions and the cached rows are read before griddepcontrol.wait
   float eps;
   float scale_log2;               // softmax scale * log2(e)
 };
@@ -133,9 +134,12 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   const int ng = min(G, p.group - chunk * G);
   T* out = static_cast<T*>(p.out) + b * p.out_stride + static_cast<int64_t>(qh0) * D;
 
-  griddep_wait();  // qkv comes from the previous kernel
+  // qkv comes from the previous kernel. With cache_ready the positions and the cached rows do not
+  // (the caller's promise), so their first loads are issued before the wait.
+  if (!p.cache_ready) griddep_wait();
   const int pos = p.positions[b];
   if (pos < 0 || pos >= p.seq) {  // the same branch in every block of the cluster
+    griddep_wait();  // out may still be read by an earlier kernel
     if (rank == 0)
       for (int i = tid; i < ng * D; i += kAttnThreads) out[i] = static_cast<T>(NAN);
     return;
@@ -165,6 +169,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   // the first iteration's before the prologue (the cached rows do not depend on it).
   Raw8<T> kr[kSteps], vr[kSteps];
   load_rows(begin + warp * kRowsPerIter, kr, vr);
+  if (p.cache_ready) griddep_wait();
 
   // 1. Prologue.
   const T* row = static_cast<const T*>(p.qkv) + b * p.qkv_stride;

@@ -90,11 +90,16 @@ def test_decode_attention_against_reference(dtype, b, hq, hk, d, seq, window, no
         qn = (torch.rand(d, device=DEV) + 0.5).to(dtype)
         kn = (torch.rand(d, device=DEV) + 0.5).to(dtype)
     want, kwant, vwant = ref_decode_attention(qkv, kc, vc, cos, sin, pos, hq, hk, window, qn, kn)
+    kc2, vc2 = kc.clone(), vc.clone()
     out = fp8route.decode_attention(qkv, kc, vc, cos, sin, pos, hq, hk, window=window, q_norm=qn, k_norm=kn)
+    ready = fp8route.decode_attention(qkv, kc2, vc2, cos, sin, pos, hq, hk, window=window, q_norm=qn, k_norm=kn,
+                                      cache_ready=True)
     torch.cuda.synchronize()
     assert torch.equal(kc.view(torch.int16), kwant.view(torch.int16))
     assert torch.equal(vc.view(torch.int16), vwant.view(torch.int16))
     assert_close(out, want, dtype, vc.abs().max().item())
+    assert torch.equal(ready.view(torch.int16), out.view(torch.int16))  # only when it reads: the same bits
+    assert torch.equal(kc2, kc) and torch.equal(vc2, vc)
 
 
 def test_torch_op_opcheck_and_graph_capture():

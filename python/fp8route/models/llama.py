@@ -1047,7 +1047,7 @@ class LlamaModel:
             if fused:
                 attn = torch.ops.fp8route.decode_attention(
                     qkv, self.cache[i, 0, :b], self.cache[i, 1, :b], self.cos, self.sin, pos32, self.hq, self.hk,
-                    0.0, cfg.sliding_window or 0, layer.q_norm, layer.k_norm, cfg.rms_norm_eps)
+                    0.0, cfg.sliding_window or 0, layer.q_norm, layer.k_norm, cfg.rms_norm_eps, True)
             else:
                 attn = self._attention(i, layer, qkv, pos, b, s, kv_len, fresh)
             o = self._all_reduce(be.linear_call(attn, layer.o))
