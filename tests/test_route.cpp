@@ -435,12 +435,13 @@ TEST(Route, DISABLED_DumpProbeCandidates) {
         }
       const GemmChoice h = gemm_select(p);
       nlohmann::json heur = sup(h.backend, h.config, p).empty() ? nlohmann::json{h.backend, h.config} : nlohmann::json();
-      // The router's own choice at an M off automatic probing's default grid (top 5 timed at each
-      // of its M), the timings being the recorded ones: bench/autoprobe_between_m.py checks its
-      // "current" rule against it. (With the 21-M default grid every recorded M is on it, and the
-      // field is empty.)
+      // The router's own choice at M after a probe of the 13 powers of two (top 5, automatic
+      // probing's settings otherwise) timed the shape, the timings being the recorded ones:
+      // bench/autoprobe_between_m.py replays that grid (POW2) and checks its "current" rule
+      // against it. (The default grid has every recorded M on it.)
       nlohmann::json routed;
-      const ProbeOptions probe = AutoProbeConfig{}.probe;
+      ProbeOptions probe = AutoProbeConfig{}.probe;
+      probe.m_grid = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
       if (std::find(probe.m_grid.begin(), probe.m_grid.end(), pm) == probe.m_grid.end()) {
         std::vector<MeasurementRecord> recs;
         for (int64_t gm : probe.m_grid) {
