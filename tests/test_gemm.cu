@@ -899,8 +899,8 @@ std::vector<std::pair<std::string, std::string>> scratch_configs(const GemmProbl
 // stream writes nothing), or one replay's flag reset lands in the other's reduction (CUTLASS).
 TEST(GemmBackends, GraphsReplayedConcurrentlyKeepTheirScratch) {
   FP8ROUTE_REQUIRE_SM90();
-  // Per stream, released together: with a copy after each, 2 x 2 x 16 held operations, within what
-  // the driver queues while they wait (the host blocked at the 28th replay of 32).
+  // Per stream, released together; with a copy after each, 2 x 2 x 16 held operations stay within
+  // what the driver queues while they wait (start_gate.h).
   constexpr int kReplays = 16;
   const GemmProblem p = make_problem(8, 256, 1152, ScaleKind::row, DType::bf16, false);
   const auto configs = scratch_configs(p);

@@ -1083,8 +1083,8 @@ TEST(RowQuantGpu, PerTensorDynamicGraphsReplayedConcurrently) {
   const int64_t T = 256, H = 7168;  // past the cluster path: the two-launch path
   const DType in = DType::bf16, code = DType::e4m3;
   constexpr int kCalls = 4;     // quant calls per graph, each into its own q and scale
-  // Per stream, released together: with a copy after each, 2 x 2 x 16 held operations, within what
-  // the driver queues while they wait (the host blocked at the 28th replay of 32).
+  // Per stream, released together; with a copy after each, 2 x 2 x 16 held operations stay within
+  // what the driver queues while they wait (start_gate.h).
   constexpr int kReplays = 16;
   const size_t codes = static_cast<size_t>(T * H);
   // Amaxes orders of magnitude apart, so that any mixing shows in the scale.
