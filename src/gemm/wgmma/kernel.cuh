@@ -103,6 +103,19 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // Keeps the compiler from moving accesses of an accumulator register across the asynchronous MMA.
 __device__ __forceinline__ void fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+// Makes a loop-invariant value opaque, so that the compiler keeps it in a register instead of
+// recomputing it (and the chain it came from) in every iteration of the K loop.
+template <class V>
+__device__ __forceinline__ V pinned(V v) {
+  if constexpr (sizeof(V) == 8) asm volatile("" : "+l"(v));
+  else asm volatile("" : "+r"(v));
+  return v;
+}
+__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
 
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {
@@ -167,8 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t base = smem_u32(smem);
-  const uint32_t full0 = base + T::kBarOff, empty0 = full0 + kStages * 8;
-  const float* sa_s = reinterpret_cast<const float*>(smem + T::kSaOff);
+  const uint32_t full0 = pinned(base + T::kBarOff), empty0 = pinned(full0 + kStages * 8);
 
   const int wg = threadIdx.x / 128;  // 0: producer, 1..kConsumers: consumers
   const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0;
@@ -228,6 +240,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[kRegs], total[kRegs];
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] = 0.f;
+    // Stage 0's sa address of this thread's rows and operand descriptors (a stage adds its offset).
+    const uint32_t sa0 = pinned(base + T::kSaOff + (64 * c + r_lo) * 4);
+    const uint64_t da0 = pinned(smem_desc(base + T::kAOff + c * 64 * kBK));
+    const uint64_t db0 = pinned(smem_desc(base + T::kBOff));
     int s = 0;
     uint32_t phase = 0;
     uint32_t stored = 0;  // output boxes this warpgroup has stored
@@ -239,17 +255,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       // `split` on belong to the second.
       const int nb0 = n0 / 128;
       const int split = min(kBN, (nb0 + 1) * 128 - n0);
-      const float* sb0p = p.sb + int64_t(nb0) * p.sb_ld;
-      const float* sb1p = (split < kBN && (nb0 + 1) * 128 < p.n) ? sb0p + p.sb_ld : sb0p;
+      const float* sb0p = pinned(p.sb + int64_t(nb0) * p.sb_ld);
+      const float* sb1p = pinned((split < kBN && (nb0 + 1) * 128 < p.n) ? sb0p + p.sb_ld : sb0p);
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) total[i] = 0.f;
       float sb0_next = __ldg(sb0p), sb1_next = kOneScaleBlock ? 0.f : __ldg(sb1p);
       for (int kb = 0; kb < p.kblocks; ++kb) {
         // Ring slot s: its sa, then its MMAs, waited for.
         mbar_wait(full0 + 8 * s, phase);
-        const float sa_lo = sa_s[s * kBM + 64 * c + r_lo], sa_hi = sa_s[s * kBM + 64 * c + r_lo + 8];
-        const uint64_t da = smem_desc(base + T::kAOff + s * T::kATile + c * 64 * kBK);
-        const uint64_t db = smem_desc(base + T::kBOff + s * T::kBTile);
+        const uint32_t sa_at = sa0 + s * T::kSaTile;
+        const float sa_lo = lds_f32(sa_at), sa_hi = lds_f32(sa_at + 8 * 4);
+        const uint64_t da = da0 + uint64_t(s * (T::kATile >> 4));
+        const uint64_t db = db0 + uint64_t(s * (T::kBTile >> 4));
 #pragma unroll
         for (int i = 0; i < kRegs; ++i) fence_reg(acc[i]);
         wgmma_fence();
