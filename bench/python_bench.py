@@ -12,6 +12,13 @@ of 20 replays.
 
   python3 bench/python_bench.py [--model llama-3.1-8b] [--tp 1] [--m 1,16,128,1024,4096] [--json FILE]
 
+--block instead times block scales (1x128 activation groups, 128x128 weight blocks): fp8route.scaled_mm
+against torch._scaled_mm's blockwise form (scale_a [M, K/128] outer-dim-major, scale_b [K/128, N/128];
+CUDA 12.9+ builds on SM90), with both per-tensor GEMMs in the same interleaved set, so that the
+block-over-tensor time ratio of each comes from one run (--model accepts a comma-separated list).
+
+  python3 bench/python_bench.py --block [--model llama-3.1-70b,deepseek-v3] [--m 4096,8192] [--json FILE]
+
 --overhead instead measures host time per call (no GPU timing): for each op at M = 1, the native
 call the op runs (outputs given), torch.empty of the outputs the implementation allocates, the
 implementation (what the op runs, allocating), the public function (fp8route.per_token_quant,
@@ -327,6 +334,65 @@ def overhead(args):
             json.dump(records, f, indent=1)
 
 
+def block_scales(args):
+    """--block: block-scaled GEMMs, fp8route against torch._scaled_mm, per-tensor alongside."""
+    records = []
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, fp8route {fp8route.__version__}")
+    print(f"{'layer':40} {'M':>5} {'fp8route block':>14} {'torch block':>11} {'fp8route tensor':>15} "
+          f"{'torch tensor':>12} {'block TFLOP/s':>13} {'vs torch':>8} {'block/tensor':>12}")
+    for model in args.model.split(","):
+        for label, n, k in layers(model, args.tp):
+            for m in map(int, args.m.split(",")):
+                if n % 128 or k % 128:
+                    print(f"{label:40} {m:5d}  skipped: N and K must be multiples of 128 for torch's block form")
+                    continue
+                sets = rotation_sets(m * k + n * k + 2 * m * n)
+                a = [(torch.randn(m, k, device=DEV) * 4).to(torch.float8_e4m3fn) for _ in range(sets)]
+                b = [(torch.randn(n, k, device=DEV) * 4).to(torch.float8_e4m3fn) for _ in range(sets)]
+                one = torch.ones(1, device=DEV)
+                # scale_a: [M, K/128] with the M index contiguous (fp8route's [K/128, M] storage);
+                # scale_b: [N/128, K/128] row-major, handed to torch as its [K/128, N/128] transpose.
+                sa = (torch.rand(k // 128, m, device=DEV) + 0.5).t()
+                sb = torch.rand(n // 128, k // 128, device=DEV) + 0.5
+                ops = {
+                    "fp8route block": lambda i: fp8route.scaled_mm(a[i], b[i], sa, sb, scale="block"),
+                    "torch block": lambda i: torch._scaled_mm(a[i], b[i].t(), scale_a=sa, scale_b=sb.t(),
+                                                              out_dtype=torch.bfloat16),
+                    "fp8route tensor": lambda i: fp8route.scaled_mm(a[i], b[i], one, one, scale="tensor"),
+                    "torch tensor": lambda i: torch._scaled_mm(a[i], b[i].t(), scale_a=one, scale_b=one,
+                                                               out_dtype=torch.bfloat16),
+                }
+                try:
+                    ops["torch block"](0)
+                except RuntimeError as e:  # a torch build without the blockwise form
+                    print(f"  torch block unavailable: {str(e).splitlines()[0]}")
+                    del ops["torch block"]
+                t = time_interleaved(ops, sets)
+                ours, theirs = t["fp8route block"], t.get("torch block")
+                tflops = 2.0 * m * n * k / ours / 1e6
+                ratio = ours / t["fp8route tensor"]
+                print(f"{label:40} {m:5d} {ours:14.2f} {(f'{theirs:.2f}' if theirs else '-'):>11} "
+                      f"{t['fp8route tensor']:15.2f} {t['torch tensor']:12.2f} {tflops:13.1f} "
+                      f"{(f'{theirs / ours:.3f}x' if theirs else '-'):>8} {ratio:11.3f}x")
+                records.append({"layer": label, "m": m, "n": n, "k": k, "fp8route_block_us": ours,
+                                "torch_block_us": theirs, "fp8route_tensor_us": t["fp8route tensor"],
+                                "torch_tensor_us": t["torch tensor"], "block_tflops": tflops})
+                del a, b
+                torch.cuda.empty_cache()
+    if records:
+        def gm(v):
+            return math.exp(sum(map(math.log, v)) / len(v))
+        ratios = [r["fp8route_block_us"] / r["fp8route_tensor_us"] for r in records]
+        print(f"\nfp8route block / fp8route tensor time: geometric mean {gm(ratios):.3f} "
+              f"({min(ratios):.3f}-{max(ratios):.3f}) over {len(ratios)} problems")
+        vs = [r["torch_block_us"] / r["fp8route_block_us"] for r in records if r["torch_block_us"]]
+        if vs:
+            print(f"torch block / fp8route block time: geometric mean {gm(vs):.3f} ({min(vs):.3f}-{max(vs):.3f})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="llama-3.1-8b")
@@ -336,9 +402,13 @@ def main():
     ap.add_argument("--overhead", action="store_true", help="host time per call of the Python paths (see above)")
     ap.add_argument("--stub", action="store_true", help="with --overhead: on the CPU, the native module's calls "
                     "replaced by no-ops (times the Python layers without a GPU)")
+    ap.add_argument("--block", action="store_true", help="block scales against torch's blockwise _scaled_mm "
+                    "(see above)")
     args = ap.parse_args()
     if args.overhead:
         return overhead(args)
+    if args.block:
+        return block_scales(args)
     records = []
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, fp8route {fp8route.__version__}")
     print(f"{'layer':32} {'M':>5} {'op':28} {'fp8route us':>12} {'torch us':>10} {'torch.compile us':>17} {'speed-up':>9}")
