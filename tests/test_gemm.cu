@@ -470,17 +470,19 @@ TEST(DecodeBackend, EveryModelShapeAtDecodeM) {
 // ---- the wgmma backend: tile edges, K tails, persistent loops --------------------------------------
 
 // Every wgmma config on shapes that leave partial tiles along M and N (N tiles crossing 128-row
-// weight scale blocks at every tile width), a K that is not a multiple of 128, a single row, an odd
-// count of row tiles (the second block of a cluster gets a tile past M), many tiles per block, and
-// both output dtypes, with and without bias; against the GPU reference, random data.
+// weight scale blocks at every tile width), a K that is not a multiple of 128, one to three K blocks
+// (the two-accumulator loop's pairs and its odd tail), a single row, an odd count of row tiles (the
+// second block of a cluster gets a tile past M), many tiles per block, and both output dtypes, with
+// and without bias; against the GPU reference, random data.
 TEST(WgmmaBackend, EdgesOfEveryConfig) {
   FP8ROUTE_REQUIRE_SM90();
   struct S { int64_t m, n, k; };
-  // The quick list (sanitizers) keeps the first three: M = 1, K not a multiple of 128, partial
-  // tiles, and an odd row-tile count (a cluster's second block past M).
-  const S shapes[] = {{1, 1000, 2000}, {129, 200, 1040}, {384, 1000, 2000},
+  // The quick list (sanitizers) keeps the first six: one, two and three K blocks, M = 1, K not a
+  // multiple of 128, partial tiles, and an odd row-tile count (a cluster's second block past M).
+  const S shapes[] = {{130, 264, 112}, {64, 136, 240}, {200, 520, 368},
+                      {1, 1000, 2000}, {129, 200, 1040}, {384, 1000, 2000},
                       {257, 4096, 1536}, {3000, 2112, 7168}, {4096, 7168, 512}};
-  const size_t count = test::quick() ? 3 : std::size(shapes);
+  const size_t count = test::quick() ? 6 : std::size(shapes);
   uint64_t idx = 12000;
   for (const S& s : std::span(shapes, count))
     for (const std::string& c : gemm_configs("wgmma")) {

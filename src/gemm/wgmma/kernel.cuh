@@ -10,10 +10,15 @@
 // - Two consumer warpgroups each own 64 rows of the 128-row tile: per K block, four
 //   wgmma.mma_async m64nkBNk32 into an fp32 accumulator started from zero, then the promotion
 //   total += acc * sa * sb in fp32 registers (full fp32 accumulation across K: the precise class).
-//   A warpgroup waits for its K block's MMAs before promoting them; the other warpgroup's MMAs may
-//   run meanwhile. That wait and the promotion are where this kernel loses to unscaled FP8.
+//   Two K loops (Loop): serial, one accumulator, a warpgroup waits for its K block's MMAs before
+//   promoting them while the other warpgroup's MMAs run; overlap, two accumulators, K blocks in
+//   pairs, the next block's MMAs issued before this one's are waited for (wait_group 1), so that a
+//   warpgroup's own MMAs run during its promotion. The promotion is where this kernel loses to
+//   unscaled FP8.
+// - sb (one float per 128-row weight block and K block) is read from global memory two K blocks
+//   ahead of its use; sa arrives with the ring slot.
 // - Register reconfiguration (setmaxnreg) moves registers from the producer to the consumers,
-//   which hold two fp32 copies of their 64 x kBN tile.
+//   which hold two fp32 copies of their 64 x kBN tile (three with two accumulators).
 // - With kCluster = 2, the two blocks of a cluster work on vertically adjacent tiles of the same
 //   columns: each loads half of the shared b tile and multicasts it to both, halving b's L2 reads.
 //   Each consumer warp releases a ring slot in both blocks, so a slot is refilled only when both
@@ -162,6 +167,12 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void wg_barrier(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
 
+// How a consumer warpgroup runs its K loop.
+enum class Loop {
+  serial,   // one accumulator: a K block's MMAs are waited for before their promotion
+  overlap,  // two accumulators: the next K block's MMAs are issued before this one is promoted
+};
+
 __device__ __forceinline__ uint32_t pack2(__nv_bfloat16*, float a, float b) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -171,7 +182,7 @@ __device__ __forceinline__ uint32_t pack2(__half*, float a, float b) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-template <class OutT, int kBN, int kStages, int kCluster, bool kTmaStore>
+template <class OutT, int kBN, int kStages, int kCluster, bool kTmaStore, Loop kLoop>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_fp8_gemm_block(const __grid_constant__ CUtensorMap amap, const __grid_constant__ CUtensorMap bmap,
                         const __grid_constant__ CUtensorMap samap, const __grid_constant__ CUtensorMap dmap,
@@ -237,9 +248,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = wg - 1;  // this warpgroup's 64-row half
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const int r_lo = 16 * warp + lane / 4;  // rows r_lo and r_lo + 8 of the half
-    float acc[kRegs], total[kRegs];
+    // acc1: the second accumulator of the overlapped loop (unused, and optimized out, without it).
+    float acc[kRegs], acc1[kRegs], total[kRegs];
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i) acc[i] = 0.f;
+    for (int i = 0; i < kRegs; ++i) acc[i] = 0.f, acc1[i] = 0.f;
     // Stage 0's sa address of this thread's rows and operand descriptors (a stage adds its offset).
     const uint32_t sa0 = pinned(base + T::kSaOff + (64 * c + r_lo) * 4);
     const uint64_t da0 = pinned(smem_desc(base + T::kAOff + c * 64 * kBK));
@@ -247,6 +259,38 @@ __global__ void __launch_bounds__(kThreads, 1)
     int s = 0;
     uint32_t phase = 0;
     uint32_t stored = 0;  // output boxes this warpgroup has stored
+    // Waits for ring slot s, reads its sa and issues its MMAs into `a` (one commit group, not waited
+    // for); returns the slot.
+    auto issue = [&](float (&a)[kRegs], float& sa_lo, float& sa_hi) {
+      const int slot = s;
+      mbar_wait(full0 + 8 * slot, phase);
+      const uint32_t sa_at = sa0 + slot * T::kSaTile;
+      sa_lo = lds_f32(sa_at), sa_hi = lds_f32(sa_at + 8 * 4);
+      const uint64_t da = da0 + uint64_t(slot * (T::kATile >> 4));
+      const uint64_t db = db0 + uint64_t(slot * (T::kBTile >> 4));
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) fence_reg(a[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kBK / 32; ++k) Mma<kBN>::run(a, da + 2 * k, db + 2 * k, k);
+      wgmma_commit();
+      if (++s == kStages) s = 0, phase ^= 1;
+      return slot;
+    };
+    // The MMAs of `slot` are complete: their a, b and sa are read, so the slot is released in every
+    // block of the cluster.
+    auto release = [&](float (&a)[kRegs], int slot) {
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) fence_reg(a[i]);
+      if (lane == 0) {
+        if constexpr (kCluster == 1) {
+          mbar_arrive(empty0 + 8 * slot);
+        } else {
+#pragma unroll
+          for (uint32_t q = 0; q < kCluster; ++q) mbar_arrive_cluster(empty0 + 8 * slot, q);
+        }
+      }
+    };
     for (int t = cluster_id; t < num_tiles; t += clusters) {
       int tm, tn;
       tile_coords(p, t, kCluster, tm, tn);
@@ -259,49 +303,68 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float* sb1p = pinned((split < kBN && (nb0 + 1) * 128 < p.n) ? sb0p + p.sb_ld : sb0p);
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) total[i] = 0.f;
+      // sb of the next two K blocks, loaded ahead (a global load outlasts one K block's MMAs).
+      const bool two = p.kblocks > 1;
       float sb0_next = __ldg(sb0p), sb1_next = kOneScaleBlock ? 0.f : __ldg(sb1p);
-      for (int kb = 0; kb < p.kblocks; ++kb) {
-        // Ring slot s: its sa, then its MMAs, waited for.
-        mbar_wait(full0 + 8 * s, phase);
-        const uint32_t sa_at = sa0 + s * T::kSaTile;
-        const float sa_lo = lds_f32(sa_at), sa_hi = lds_f32(sa_at + 8 * 4);
-        const uint64_t da = da0 + uint64_t(s * (T::kATile >> 4));
-        const uint64_t db = db0 + uint64_t(s * (T::kBTile >> 4));
-#pragma unroll
-        for (int i = 0; i < kRegs; ++i) fence_reg(acc[i]);
-        wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < kBK / 32; ++k) Mma<kBN>::run(acc, da + 2 * k, db + 2 * k, k);
-        wgmma_commit();
-        wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < kRegs; ++i) fence_reg(acc[i]);
-        // The slot's a, b and sa are read: release it in every block of the cluster.
-        if (lane == 0) {
-          if constexpr (kCluster == 1) {
-            mbar_arrive(empty0 + 8 * s);
-          } else {
-#pragma unroll
-            for (uint32_t q = 0; q < kCluster; ++q) mbar_arrive_cluster(empty0 + 8 * s, q);
-          }
-        }
-        if (++s == kStages) s = 0, phase ^= 1;
-        // total += acc * sa * sb; the next K block's sb is loaded first, after the release, so
-        // that the arrive never waits for the load.
+      float sb0_after = two ? __ldg(sb0p + 1) : 0.f, sb1_after = kOneScaleBlock || !two ? 0.f : __ldg(sb1p + 1);
+      // total += a * sa * sb for K block kb; K block kb + 2's sb is loaded first (after the
+      // release, so that the arrive never waits for the load).
+      auto promote = [&](const float (&a)[kRegs], float sa_lo, float sa_hi, int kb) {
         const float sb0 = sb0_next, sb1 = sb1_next;
-        if (kb + 1 < p.kblocks) {
-          sb0_next = __ldg(sb0p + kb + 1);
-          if (!kOneScaleBlock) sb1_next = __ldg(sb1p + kb + 1);
+        sb0_next = sb0_after, sb1_next = sb1_after;
+        if (kb + 2 < p.kblocks) {
+          sb0_after = __ldg(sb0p + kb + 2);
+          if (!kOneScaleBlock) sb1_after = __ldg(sb1p + kb + 2);
         }
         const float s00 = sa_lo * sb0, s10 = sa_hi * sb0, s01 = sa_lo * sb1, s11 = sa_hi * sb1;
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
           const bool second = !kOneScaleBlock && 8 * j >= split;
           const float lo = second ? s01 : s00, hi = second ? s11 : s10;
-          total[4 * j + 0] = __fmaf_rn(acc[4 * j + 0], lo, total[4 * j + 0]);
-          total[4 * j + 1] = __fmaf_rn(acc[4 * j + 1], lo, total[4 * j + 1]);
-          total[4 * j + 2] = __fmaf_rn(acc[4 * j + 2], hi, total[4 * j + 2]);
-          total[4 * j + 3] = __fmaf_rn(acc[4 * j + 3], hi, total[4 * j + 3]);
+          total[4 * j + 0] = __fmaf_rn(a[4 * j + 0], lo, total[4 * j + 0]);
+          total[4 * j + 1] = __fmaf_rn(a[4 * j + 1], lo, total[4 * j + 1]);
+          total[4 * j + 2] = __fmaf_rn(a[4 * j + 2], hi, total[4 * j + 2]);
+          total[4 * j + 3] = __fmaf_rn(a[4 * j + 3], hi, total[4 * j + 3]);
+        }
+      };
+      if constexpr (kLoop == Loop::overlap) {
+        // Two accumulators: K block kb + 1's MMAs are issued before kb's are waited for, so that
+        // this warpgroup's MMAs keep running while it promotes. K blocks go in pairs (the loop
+        // body issues into each accumulator once), so every wait names its accumulator statically.
+        float lo0, hi0, lo1, hi1;
+        int slot0 = issue(acc, lo0, hi0), kb = 0;
+        for (; kb + 2 < p.kblocks; kb += 2) {
+          const int slot1 = issue(acc1, lo1, hi1);
+          wgmma_wait<1>();
+          release(acc, slot0);
+          promote(acc, lo0, hi0, kb);
+          slot0 = issue(acc, lo0, hi0);
+          wgmma_wait<1>();
+          release(acc1, slot1);
+          promote(acc1, lo1, hi1, kb + 1);
+        }
+        if (kb + 1 < p.kblocks) {
+          const int slot1 = issue(acc1, lo1, hi1);
+          wgmma_wait<1>();
+          release(acc, slot0);
+          promote(acc, lo0, hi0, kb);
+          wgmma_wait<0>();
+          release(acc1, slot1);
+          promote(acc1, lo1, hi1, kb + 1);
+        } else {
+          wgmma_wait<0>();
+          release(acc, slot0);
+          promote(acc, lo0, hi0, kb);
+        }
+      } else {
+        // One accumulator: each K block's MMAs are waited for before their promotion; the other
+        // warpgroup's MMAs may run meanwhile.
+        for (int kb = 0; kb < p.kblocks; ++kb) {
+          float sa_lo, sa_hi;
+          const int slot = issue(acc, sa_lo, sa_hi);
+          wgmma_wait<0>();
+          release(acc, slot);
+          promote(acc, sa_lo, sa_hi, kb);
         }
       }
       const OutT* bias = static_cast<const OutT*>(p.bias);

@@ -33,25 +33,28 @@ struct WgmmaConfig {
   int stages;      // K blocks in flight per block
   int cluster;     // blocks per cluster sharing b tiles by multicast (1 or 2)
   bool tma_store;  // the output leaves through shared memory and the tensor memory accelerator
+  wk::Loop loop;   // the consumers' K loop (kernel.cuh)
 };
 
 // The configs, listed once. Tile widths that are not powers of two give column tile counts that
 // fill the 132 SMs better on some N (N = 7168: 56 tiles of 128, 50 of 144 ...); wider tiles read
 // less per FLOP. Stages: as many as fit 227 KB. The output leaves through the tensor memory
 // accelerator where the width is whole 32-column boxes (12% faster than stores from registers on
-// the H200); 144 stores from registers.
+// the H200); 144 stores from registers. The _acc2 configs run the two-accumulator K loop (kernel.cuh),
+// which helps most without the cluster: on many problems the tune picks n128_s6_c1_tma_acc2.
 constexpr WgmmaConfig kConfigs[] = {
-    {128, 6, 2, true},   // n128_s6_c2_tma
-    {128, 6, 1, true},   // n128_s6_c1_tma
-    {144, 6, 2, false},  // n144_s6_c2
-    {160, 5, 2, true},   // n160_s5_c2_tma
-    {192, 5, 2, true},   // n192_s5_c2_tma
+    {128, 6, 2, true, wk::Loop::serial},    // n128_s6_c2_tma
+    {128, 6, 1, true, wk::Loop::serial},    // n128_s6_c1_tma
+    {144, 6, 2, false, wk::Loop::serial},   // n144_s6_c2
+    {192, 5, 2, true, wk::Loop::serial},    // n192_s5_c2_tma
+    {128, 6, 2, true, wk::Loop::overlap},   // n128_s6_c2_tma_acc2
+    {128, 6, 1, true, wk::Loop::overlap},   // n128_s6_c1_tma_acc2
 };
 constexpr int kNumConfigs = static_cast<int>(std::size(kConfigs));
 
 std::string config_name(const WgmmaConfig& c) {
   return "n" + std::to_string(c.bn) + "_s" + std::to_string(c.stages) + "_c" + std::to_string(c.cluster) +
-         (c.tma_store ? "_tma" : "");
+         (c.tma_store ? "_tma" : "") + (c.loop == wk::Loop::overlap ? "_acc2" : "");
 }
 
 using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const CUtensorMap, const wk::Params);
@@ -59,7 +62,7 @@ using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap,
 template <class OutT, int I>
 constexpr Kernel kernel_of() {
   constexpr WgmmaConfig c = kConfigs[I];
-  return &wk::sm90_fp8_gemm_block<OutT, c.bn, c.stages, c.cluster, c.tma_store>;
+  return &wk::sm90_fp8_gemm_block<OutT, c.bn, c.stages, c.cluster, c.tma_store, c.loop>;
 }
 
 template <int I>
@@ -111,6 +114,19 @@ class WgmmaBackend final : public GemmBackend {
   }
 
   int m_tile(int /*config*/) const override { return wk::kBM; }
+
+  // How this backend compares with the others depends on how its 128-row tiles fill the SMs, which
+  // a neighbouring shape's measurement does not tell: a load-time probe also times the config the
+  // block-scale tune picks most (n128_s6_c1_tma_acc2).
+  std::vector<int> probe_configs(const GemmProblem& p) const override {
+    if (p.scale != ScaleKind::block) return {};
+    static const int most_picked = [] {
+      for (int i = 0; i < kNumConfigs; ++i)
+        if (config_name(kConfigs[i]) == "n128_s6_c1_tma_acc2") return i;
+      return -1;
+    }();
+    return most_picked < 0 ? std::vector<int>{} : std::vector<int>{most_picked};
+  }
 
   std::string supports(const GemmProblem& p, int /*config*/) const override {
     if (p.scale != ScaleKind::block) return "runs block scales only (1x128 scale_a, 128x128 scale_b)";
