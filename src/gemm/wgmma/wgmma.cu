@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <iterator>
@@ -120,12 +121,9 @@ class WgmmaBackend final : public GemmBackend {
   // block-scale tune picks most (n128_s6_c1_tma_acc2).
   std::vector<int> probe_configs(const GemmProblem& p) const override {
     if (p.scale != ScaleKind::block) return {};
-    static const int most_picked = [] {
-      for (int i = 0; i < kNumConfigs; ++i)
-        if (config_name(kConfigs[i]) == "n128_s6_c1_tma_acc2") return i;
-      return -1;
-    }();
-    return most_picked < 0 ? std::vector<int>{} : std::vector<int>{most_picked};
+    const std::vector<std::string>& names = configs();
+    const auto it = std::find(names.begin(), names.end(), "n128_s6_c1_tma_acc2");
+    return it == names.end() ? std::vector<int>{} : std::vector<int>{static_cast<int>(it - names.begin())};
   }
 
   std::string supports(const GemmProblem& p, int /*config*/) const override {
