@@ -972,7 +972,7 @@ TEST(QuantArgs, RowOpsOfAnyWidthStillRefuseBadArguments) {
   expect_invalid([&] { token(x(DType::bf16, 0, 0), q(0)); }, "x: H = 0 must be positive");
   expect_invalid([&] { dyn(x(DType::f32, 17, 17, 2), q(17)); }, "x: pointer");
   expect_invalid([&] { stat(x(DType::bf16, 17, 17, 1), q(17)); }, "x: pointer");
-  expect_invalid([&] { fused(x(DType::bf16, 35, 35), q(17)); }, "x: fused silu_and_mul needs an even last dim");
+  expect_invalid([&] { fused(x(DType::bf16, 35, 35), q(17)); }, "x: the fused silu_and_mul form takes [T, 2 x hidden]");
   expect_invalid([&] { fused(x(DType::bf16, 34, 35), q(34)); }, "q: expected shape [4,17]");
   expect_invalid([&] { token(x(DType::bf16, 17, 19), TensorView::strided(fq, DType::e4m3, {4, 17}, {19, 1})); },
                  "q: must be contiguous");

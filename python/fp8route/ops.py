@@ -141,8 +141,22 @@ def _check_ndim(x, ndim, name, form):
 # Each public function checks what torch.compile's tracing needs (ranks), then either calls its
 # torch op (traced) or the eager form below, which the torch op's implementation calls too.
 
+def _group_hidden(x, group_size, fused):
+    """H of a group quant's x: its last dim, or half of it in the fused form ([gate | up]); checked
+    here, before the outputs are laid out, so that the error names x (as the C++ check does)."""
+    cols = x.shape[-1]
+    if fused and cols % 2:
+        raise ValueError(f"x: the fused silu_and_mul form takes [.., 2 x hidden] ([gate | up]): its last dim must be "
+                         f"even, got {cols}")
+    hidden = cols // 2 if fused else cols
+    if isinstance(group_size, int) and group_size > 0 and hidden % group_size:
+        half = f" (half the last dim {cols}: [gate | up])" if fused else ""
+        raise ValueError(f"x: hidden = {hidden}{half} must be a multiple of group_size {group_size}")
+    return hidden
+
+
 def _group_quant(x, group_size, dtype, rounding, storage, layout, out, fused):
-    hidden = x.shape[1] // 2 if fused else x.shape[1]
+    hidden = _group_hidden(x, group_size, fused)
     q, s = _group_outputs(x, x.shape[0], hidden, 0, group_size, dtype, rounding, storage, layout, out)
     lib.per_token_group_quant(x, _bits(q), s, group_size, dtype, rounding, storage, layout, fused)
     return q, s
@@ -171,7 +185,7 @@ def silu_and_mul_per_token_group_quant(x, group_size=128, dtype="e4m3", rounding
 
 
 def _masked_group_quant(x, masked_m, group_size, dtype, rounding, storage, layout, out, fused):
-    hidden = x.shape[2] // 2 if fused else x.shape[2]
+    hidden = _group_hidden(x, group_size, fused)
     q, s = _group_outputs(x, x.shape[1], hidden, x.shape[0], group_size, dtype, rounding, storage, layout, out,
                           batched=True)
     lib.masked_per_token_group_quant(x, masked_m, _bits(q), s, group_size, dtype, rounding, storage, layout, fused)

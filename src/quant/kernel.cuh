@@ -633,15 +633,26 @@ struct RowQuantParams {
   bool int8, pow2;
 };
 
-// One block per row: amax over the row, then its codes. Rows of up to kTokenRegVecs vectors per
-// thread (16384 elements: every hidden and intermediate size of a decode step up to 405B at TP 2)
-// stay in registers, all loads in flight at once; wider rows are read again from L1/L2 for the codes.
-constexpr int kTokenRegVecs = 8;
+// One block per row: amax over the row, then its codes. A row of up to kRegVecs vectors per thread
+// stays in registers (all loads in flight at once, the values computed once); kRegVecs is the
+// smallest of 1, 2, 4, 8 that holds the row (token_reg_vecs), since registers held for vectors a
+// row does not have cost occupancy, and with one block per row the bytes in flight per SM are
+// blocks per SM x threads x loads per thread: a 4096-wide row held in 8-vector registers ran at 60%
+// of the copy bandwidth at T = 16384, in 2-vector ones at the group kernel's speed. kRegVecs = 0:
+// wider rows (more than 16384 elements) are read again from L1/L2 for the codes.
+constexpr int kTokenMaxRegVecs = 8;
+
+// The register vectors per thread for a row of `vecs` 8-element vectors (0: the two-read form).
+inline constexpr int token_reg_vecs(int64_t vecs) {
+  for (int r = 1; r <= kTokenMaxRegVecs; r *= 2)
+    if (vecs <= int64_t{r} * kRowThreads) return r;
+  return 0;
+}
 
 // kFused: x rows are [gate (hidden) | up (hidden)] and the quantized values are silu(gate) * up in
 // fp32 (the fused silu_and_mul of the group kernel).
 // kAligned: see "Rows of any width" above.
-template <class InT, bool kFused = false, bool kAligned = true>
+template <class InT, bool kFused, bool kAligned, int kRegVecs>
 __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQuantParams p) {
   griddep_launch_dependents();  // PDL (core/griddep.cuh): everything below may read the previous kernel's output
   griddep_wait();
@@ -652,10 +663,10 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
   uint8_t* q = p.q + t * p.hidden;
   const int vecs = static_cast<int>(row_vecs<kAligned>(p.hidden));
   bool special = false;  // lane_values' NaN/inf flag (its return value is already the finite amax)
-  if (vecs <= kTokenRegVecs * kRowThreads) {
-    Raw8<InT> raw[kTokenRegVecs], raw_up[kFused ? kTokenRegVecs : 1];
+  if constexpr (kRegVecs > 0) {
+    Raw8<InT> raw[kRegVecs], raw_up[kFused ? kRegVecs : 1];
 #pragma unroll
-    for (int k = 0; k < kTokenRegVecs; ++k) {
+    for (int k = 0; k < kRegVecs; ++k) {
       const int v = k * kRowThreads + threadIdx.x;
       if (v < vecs) {
         const int n = vec_width<kAligned>(p.hidden, v);
@@ -666,45 +677,45 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
     // The values once (silu_and_mul is most of a decode row's instructions, on one SM), kept for
     // the codes.
     float amax = 0.0f;
-    float x[kTokenRegVecs][kQuantVec];
+    float x[kRegVecs][kQuantVec];
 #pragma unroll
-    for (int k = 0; k < kTokenRegVecs; ++k) {
+    for (int k = 0; k < kRegVecs; ++k) {
       if (k * kRowThreads + static_cast<int>(threadIdx.x) < vecs)
         amax = fmaxf(amax, lane_values<kFused>(raw[k], raw_up[kFused ? k : 0], x[k], special));
     }
     amax = block_max(amax, smem);
     const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
 #pragma unroll
-    for (int k = 0; k < kTokenRegVecs; ++k) {
+    for (int k = 0; k < kRegVecs; ++k) {
       const int v = k * kRowThreads + threadIdx.x;
       if (v < vecs)
         store_row_codes<kAligned>(q + v * kQuantVec, encode(x[k], sm.multiplier, p.int8),
                                   vec_width<kAligned>(p.hidden, v));
     }
     if (threadIdx.x == 0) p.s[t] = sm.scale;
-    return;
+  } else {
+    // Vector v's values (read again for the codes from L1/L2); returns their finite amax.
+    auto values = [&](int v, float (&x)[kQuantVec]) {
+      const int n = vec_width<kAligned>(p.hidden, v);
+      return lane_values<kFused>(load_row_vec<kAligned>(row + v * kQuantVec, n),
+                                 kFused ? load_row_vec<kAligned>(up + v * kQuantVec, n) : Raw8<InT>{}, x, special);
+    };
+    float amax = 0.0f;
+  #pragma unroll 4
+    for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+      float x[kQuantVec];
+      amax = fmaxf(amax, values(v, x));
+    }
+    amax = block_max(amax, smem);
+    const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
+    for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+      float x[kQuantVec];
+      values(v, x);
+      store_row_codes<kAligned>(q + v * kQuantVec, encode(x, sm.multiplier, p.int8),
+                                vec_width<kAligned>(p.hidden, v));
+    }
+    if (threadIdx.x == 0) p.s[t] = sm.scale;
   }
-  // Vector v's values (read again for the codes from L1/L2); returns their finite amax.
-  auto values = [&](int v, float (&x)[kQuantVec]) {
-    const int n = vec_width<kAligned>(p.hidden, v);
-    return lane_values<kFused>(load_row_vec<kAligned>(row + v * kQuantVec, n),
-                               kFused ? load_row_vec<kAligned>(up + v * kQuantVec, n) : Raw8<InT>{}, x, special);
-  };
-  float amax = 0.0f;
-#pragma unroll 4
-  for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
-    float x[kQuantVec];
-    amax = fmaxf(amax, values(v, x));
-  }
-  amax = block_max(amax, smem);
-  const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
-  for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
-    float x[kQuantVec];
-    values(v, x);
-    store_row_codes<kAligned>(q + v * kQuantVec, encode(x, sm.multiplier, p.int8),
-                              vec_width<kAligned>(p.hidden, v));
-  }
-  if (threadIdx.x == 0) p.s[t] = sm.scale;
 }
 
 // Grid-stride walk over the vectors of x[rows, hidden]: kRowItems loads in flight per thread,

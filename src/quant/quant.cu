@@ -273,10 +273,13 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   FP8ROUTE_CHECK(x.stride(-1) == 1, "x: last dim must be contiguous (stride 1), got " << to_string(x));
   const int64_t in_cols = x.size(-1);
   FP8ROUTE_CHECK(!fused || in_cols % 2 == 0,
-                 "x: fused silu_and_mul needs an even last dim [.., 2H], got " << in_cols);
+                 "x: the fused silu_and_mul form takes [.., 2 x hidden] ([gate | up]): its last dim must be even, got "
+                     << in_cols);
   const int64_t hidden = fused ? in_cols / 2 : in_cols;
   FP8ROUTE_CHECK(hidden % spec.group_size == 0,
-                 "x: H = " << hidden << " is not divisible by group_size " << spec.group_size);
+                 "x: hidden = " << hidden
+                                << (fused ? " (half the last dim " + std::to_string(in_cols) + ": [gate | up])" : std::string())
+                                << " must be a multiple of group_size " << spec.group_size);
   FP8ROUTE_CHECK(hidden > 0, "x: H must be > 0");
   const int esize = dtype_size(x.dtype);
   check_aligned(x.data, 16, "x");
@@ -452,6 +455,20 @@ RowQuantParams tensor_params(const TensorView& x, const TensorView& q) {
   return p;
 }
 
+// The per-token kernel for rows of p.hidden elements, with the register vectors such a row needs
+// (kernel.cuh, token_reg_vecs).
+template <class InT, bool kFused, bool kAligned>
+void launch_token_rows(const RowQuantParams& p, const LaunchShape& shape, cudaStream_t stream) {
+  const int64_t vecs = (p.hidden + kernels::kQuantVec - 1) / kernels::kQuantVec;
+  switch (kernels::token_reg_vecs(vecs)) {
+    case 1: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 1>, shape, stream, p); break;
+    case 2: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 2>, shape, stream, p); break;
+    case 4: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 4>, shape, stream, p); break;
+    case 8: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 8>, shape, stream, p); break;
+    default: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 0>, shape, stream, p); break;
+  }
+}
+
 // Calls f.template operator()<CudaType, kAligned>() for the input dtype and the row kernels' form.
 template <class F>
 void dispatch_row(DType t, bool aligned, F&& f) {
@@ -571,7 +588,8 @@ void token_quant(const TensorView& x, const TensorView& q, const TensorView& s, 
                  cudaStream_t stream) {
   check_row_input(x);
   if (fused)
-    FP8ROUTE_CHECK(x.size(1) % 2 == 0, "x: fused silu_and_mul needs an even last dim [T, 2H], got " << to_string(x));
+    FP8ROUTE_CHECK(x.size(1) % 2 == 0, "x: the fused silu_and_mul form takes [T, 2 x hidden] ([gate | up]): its last "
+                                         "dim must be even, got " << to_string(x));
   const int64_t hidden = fused ? x.size(1) / 2 : x.size(1);
   check_codes(q, x, hidden);
   check_device_tensor(s, "s");
@@ -592,8 +610,8 @@ void token_quant(const TensorView& x, const TensorView& q, const TensorView& s, 
   p.pow2 = rounding == ScaleRounding::pow2;
   const LaunchShape grid_shape = pdl_shape(dim3(static_cast<unsigned>(x.size(0))), kernels::kRowThreads);
   dispatch_row(x.dtype, vector_rows(p, x.dtype), [&]<class InT, bool kAligned>() {
-    if (fused) launch_kernel(kernels::per_token_quant_kernel<InT, true, kAligned>, grid_shape, stream, p);
-    else launch_kernel(kernels::per_token_quant_kernel<InT, false, kAligned>, grid_shape, stream, p);
+    if (fused) launch_token_rows<InT, true, kAligned>(p, grid_shape, stream);
+    else launch_token_rows<InT, false, kAligned>(p, grid_shape, stream);
     FP8ROUTE_CHECK_LAUNCH();
   });
 }
@@ -639,7 +657,7 @@ template <class InT, bool kAligned>
 void tensor_dynamic_one_block(RowQuantParams p, int64_t numel, cudaStream_t stream) {
   p.rows = 1;
   p.hidden = p.x_stride_t = numel;
-  launch_kernel(kernels::per_token_quant_kernel<InT, false, kAligned>, pdl_shape(dim3(1), kernels::kRowThreads), stream, p);
+  launch_token_rows<InT, false, kAligned>(p, pdl_shape(dim3(1), kernels::kRowThreads), stream);
   FP8ROUTE_CHECK_LAUNCH();
 }
 

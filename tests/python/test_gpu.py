@@ -143,8 +143,13 @@ def test_errors_are_value_errors_naming_the_argument():
     one = torch.ones(1, device=DEV)
     with pytest.raises(ValueError, match="b: expected"):
         fp8route.scaled_mm(a, b, one, one)
-    with pytest.raises(ValueError, match="hidden: 100 is not divisible by group_size 128"):
+    with pytest.raises(ValueError, match="x: hidden = 100 must be a multiple of group_size 128"):
         fp8route.per_token_group_quant(torch.zeros(4, 100, device=DEV, dtype=torch.bfloat16), group_size=128)
+    with pytest.raises(ValueError, match=r"x: hidden = 132 \(half the last dim 264: \[gate \| up\]\) must be a "
+                                         r"multiple of group_size 128"):
+        fp8route.silu_and_mul_per_token_group_quant(torch.zeros(4, 264, device=DEV, dtype=torch.bfloat16), 128)
+    with pytest.raises(ValueError, match="x: the fused silu_and_mul form takes .* must be even, got 263"):
+        fp8route.silu_and_mul_per_token_group_quant(torch.zeros(4, 263, device=DEV, dtype=torch.bfloat16), 128)
 
 
 @pytest.mark.parametrize("act", ["row", "tensor", "block"])
