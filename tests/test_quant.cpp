@@ -938,11 +938,11 @@ TEST(QuantArgs, ErrorsNameTheArgument) {
   expect_invalid([&] { per_token_group_quant(TensorView::contiguous(nullptr, DType::bf16, {4, 512}), s, q, sc, nullptr); }, "x: null");
   expect_invalid([&] { per_token_group_quant(TensorView::contiguous(fake + 2, DType::bf16, {4, 512}), s, q, sc, nullptr); }, "x: pointer");
   expect_invalid([&] { per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {4, 512}, Device::cpu()), s, q, sc, nullptr); }, "x: must be CUDA");
-  expect_invalid([&] { silu_and_mul_per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {4, 1000}), s, q, sc, nullptr); }, "x: H");
+  expect_invalid([&] { silu_and_mul_per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {4, 1000}), s, q, sc, nullptr); }, "x: hidden = 500 (half the last dim 1000");
   expect_invalid([&] { masked_per_token_group_quant(TensorView::contiguous(fake, DType::bf16, {2, 4, 512}), TensorView::contiguous(fi, DType::i32, {3}), s, q, sc, nullptr); }, "masked_m");
   expect_invalid([&] { scatter_per_token_group_quant(x, TensorView::contiguous(fi, DType::f32, {4, 2}), s, q, sc, nullptr); }, "src2dst");
   expect_invalid([&] { per_token_quant(x, q, TensorView::contiguous(fs, DType::f32, {5}), ScaleRounding::none, nullptr); }, "s: expected shape");
-  expect_invalid([&] { silu_and_mul_per_token_quant(TensorView::contiguous(fake, DType::bf16, {4, 1041}), TensorView::contiguous(fq, DType::e4m3, {4, 520}), TensorView::contiguous(fs, DType::f32, {4}), ScaleRounding::none, nullptr); }, "x: fused");
+  expect_invalid([&] { silu_and_mul_per_token_quant(TensorView::contiguous(fake, DType::bf16, {4, 1041}), TensorView::contiguous(fq, DType::e4m3, {4, 520}), TensorView::contiguous(fs, DType::f32, {4}), ScaleRounding::none, nullptr); }, "x: the fused silu_and_mul form");
   expect_invalid([&] { silu_and_mul_per_token_quant(TensorView::contiguous(fake, DType::bf16, {4, 2048}), q, TensorView::contiguous(fs, DType::f32, {4}), ScaleRounding::none, nullptr); }, "q: expected shape");
   expect_invalid([&] { per_tensor_quant_static(x, TensorView::contiguous(fs, DType::f32, {2}), q, nullptr); }, "scale");
   expect_invalid([&] { per_tensor_quant_dynamic(x, TensorView::contiguous(fq, DType::bf16, {4, 512}), TensorView::contiguous(fs, DType::f32, {1}), nullptr); }, "q: dtype");
