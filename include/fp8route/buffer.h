@@ -2,6 +2,7 @@
 // An owning allocation of device memory (cudaMalloc), movable, freed on destruction.
 
 #include <cstddef>
+#include <utility>
 #include <cstdint>
 
 namespace fp8route {
@@ -20,6 +21,12 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
   template <class T>
   T* as() const { return static_cast<T*>(data_); }
+  // Gives the memory up without freeing it (cudaFree waits for the whole device, which must not
+  // happen while a kernel that may never finish still reads it); returns it.
+  void* release() noexcept {
+    bytes_ = 0;
+    return std::exchange(data_, nullptr);
+  }
 
  private:
   void* data_ = nullptr;

@@ -11,6 +11,7 @@ enum class ErrorCategory {
   unsupported,       // valid input this build, backend or GPU cannot run
   cuda_error,        // a CUDA runtime, driver or cuBLAS call failed
   io_error,          // a file could not be read or parsed
+  timeout,           // GPU work run on the caller's behalf (a probe's timing) did not finish within its bound
 };
 
 const char* category_name(ErrorCategory c);

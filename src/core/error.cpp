@@ -13,6 +13,7 @@ const char* category_name(ErrorCategory c) {
     case ErrorCategory::unsupported: return "unsupported";
     case ErrorCategory::cuda_error: return "CUDA error";
     case ErrorCategory::io_error: return "I/O error";
+    case ErrorCategory::timeout: return "timeout";
   }
   return "error";
 }

@@ -129,18 +129,22 @@ int find_config(const GemmBackend& b, std::string_view config);
 // GemmBackend::m_tile by names; 0 for a backend or config this build does not have (a table made
 // by another build may name one).
 int config_m_tile(std::string_view backend, std::string_view config);
-// What explain() adds when a slow_fallback() backend runs p (gemm_select.cpp, beside the fallback
-// rule): that no fast backend supports p, the rules every fast backend shares that p breaks, and
-// what the caller can change. One line, without its end.
-std::string slow_fallback_note(const GemmProblem& p);
 
 // Why backend/config cannot run p for its accumulation class: "" unless p.accum is precise and the
 // config is of the fast class (or names a backend or config this build lacks: "" too, supports()
 // says why).
 std::string accum_reason(std::string_view backend, std::string_view config, const GemmProblem& p);
 std::string accum_reason(const GemmBackend& b, int config, const GemmProblem& p);
-// Why config `config` of b cannot run p: accum_reason, then b.supports(); "" when it can.
+// Why config `config` of b cannot run p: accum_reason, quarantine_reason, then b.supports(); ""
+// when it can.
 std::string cannot_run_reason(const GemmBackend& b, int config, const GemmProblem& p);
+
+// A (backend, config) that did not finish within its bound when timed on a shape (timing/measure.h)
+// is never run on that shape (scale kind, out dtype, N, K) again in this process: the router skips
+// it as it skips any config that cannot run a problem, and a call that names it is refused.
+void quarantine(std::string_view backend, std::string_view config, const GemmProblem& p, const std::string& why);
+// Why (backend, config) is quarantined for p's shape; "" when it is not.
+std::string quarantine_reason(std::string_view backend, std::string_view config, const GemmProblem& p);
 // Throws Error(invalid_argument) naming `accum` unless a is Accum::fast or Accum::precise.
 void check_accum(Accum a);
 

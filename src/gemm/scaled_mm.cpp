@@ -1,7 +1,10 @@
 // The GEMM entry points: argument checks (once per call), the backend registry, dispatch.
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <map>
+#include <tuple>
 #include <cstdint>
 #include <mutex>
 #include <shared_mutex>
@@ -15,11 +18,9 @@
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
-#include "fp8route/route.h"
 #include "gemm/backend.h"
+#include "gemm/call.h"
 #include "gemm/stage_scales.h"
-#include "route/autoprobe.h"
-#include "route/route_log.h"
 
 namespace fp8route {
 
@@ -132,17 +133,15 @@ bool block_scale_a_physical(const TensorView& s, int64_t m, int64_t kb, TensorVi
 // A call's arguments in the forms the kernels read (gemm.h): b as [N, K], block scales in their
 // physical forms. Views of the same memory are rewritten in place; a block scale_a that is not one
 // stays as given, with gather_scale_a set.
-struct Normalized {
-  ScaledMmArgs args;
-  bool gather_scale_a = false;
-};
+using Normalized = gemm::CheckedCall;
 
 Normalized normalize(const ScaledMmArgs& args) {
   detail::check_device_tensor(args.a, "a");
   detail::check_ndim(args.a, "a", 2, "[M, K]");
   detail::check_device_tensor(args.b, "b");
   detail::check_ndim(args.b, "b", 2, "[N, K] (or its [K, N] transpose view)");
-  Normalized c{args};
+  Normalized c;
+  c.args = args;
   const int64_t m = args.a.shape[0], k = args.a.shape[1];
   c.args.b = b_as_nk(args.b, k);
   if (args.scale == ScaleKind::block) {
@@ -341,60 +340,15 @@ void run_checked(const gemm::GemmBackend& b, int config, const GemmProblem& p,
 
 }  // namespace
 
-namespace {
-
-struct ProblemHash {
-  size_t operator()(const GemmProblem& p) const {
-    uint64_t h = 1469598103934665603ull;
-    for (uint64_t v : {uint64_t(p.m), uint64_t(p.n), uint64_t(p.k), uint64_t(p.scale), uint64_t(p.out),
-                       uint64_t(p.bias) | uint64_t(p.sa_vector) << 1 | uint64_t(p.sb_vector) << 2 |
-                           uint64_t(p.sb_padded) << 3 | uint64_t(p.accum) << 4 | uint64_t(p.align) << 8})
-      h = (h ^ v) * 1099511628211ull;
-    return h;
-  }
-};
-
-struct Resolved {
-  const gemm::GemmBackend* backend;
-  int config;
-};
-
-// The default router's choice per problem, so that a shape seen before costs one hash lookup (the
-// router's scan, supports() calls and strings run once per distinct problem). Dropped when the
-// default router is replaced.
-Resolved routed_choice(const GemmProblem& p, cudaStream_t stream) {
-  static std::shared_mutex mu;
-  static std::unordered_map<GemmProblem, Resolved, ProblemHash> cache;
-  static uint64_t generation = 0;
-  const uint64_t now = default_router_generation();
-  {
-    std::shared_lock<std::shared_mutex> lock(mu);
-    if (generation == now)
-      if (auto it = cache.find(p); it != cache.end()) return it->second;
-  }
-  // The router checks supports() on its choice (and falls back through gemm_select() to reference).
-  // default_router(), with this GPU's timings of p's shape when its table lacks it (route.h,
-  // automatic probing); deferred under graph capture: not kept, the next call decides (and probes).
-  bool deferred = false;
-  const std::shared_ptr<const Router> router = autoprobe::router_for_call(p, stream, deferred);
-  const Route r = router->select(p);
-  route_log::decided("scaled_mm", *router, p, r);  // FP8ROUTE_LOG, and a table of another GPU
-  const gemm::GemmBackend& b = gemm::find_backend(r.backend);
-  const Resolved res{&b, gemm::find_config(b, r.config)};
-  std::unique_lock<std::shared_mutex> lock(mu);
-  if (generation != now) cache.clear(), generation = now;
-  if (!deferred) cache.emplace(p, res);
-  return res;
+gemm::CheckedCall gemm::check_call(const ScaledMmArgs& args) {
+  CheckedCall c = normalize(args);
+  c.problem = check_normalized(c);
+  return c;
 }
 
-}  // namespace
-
-void scaled_mm(const ScaledMmArgs& args, cudaStream_t stream) {
-  const Normalized c = normalize(args);
-  const GemmProblem p = check_normalized(c);
-  if (p.m == 0 || p.n == 0) return;
-  const Resolved r = routed_choice(p, stream);
-  r.backend->run(p, prepared_operands(c, p, stream), r.config, stream);
+void gemm::run_call(const GemmBackend& b, int config, const CheckedCall& call, cudaStream_t stream) {
+  if (call.problem.m == 0 || call.problem.n == 0) return;
+  b.run(call.problem, prepared_operands(call, call.problem, stream), config, stream);
 }
 
 void scaled_mm(const ScaledMmArgs& args, std::string_view backend, std::string_view config,
@@ -519,8 +473,41 @@ std::string accum_reason(std::string_view backend, std::string_view config, cons
   return b ? accum_reason(*b, i, p) : "";
 }
 
+namespace {
+
+struct Quarantine {
+  std::mutex mu;
+  std::map<std::tuple<std::string, std::string, int, int, int64_t, int64_t>, std::string> why;
+  std::atomic<bool> any{false};  // read without the lock on every check
+};
+Quarantine& quarantined() {
+  static Quarantine* q = new Quarantine;  // never destroyed: calls may outlive static destruction
+  return *q;
+}
+auto quarantine_key(std::string_view backend, std::string_view config, const GemmProblem& p) {
+  return std::tuple{std::string(backend), std::string(config), int(p.scale), int(p.out), p.n, p.k};
+}
+
+}  // namespace
+
+void quarantine(std::string_view backend, std::string_view config, const GemmProblem& p, const std::string& why) {
+  Quarantine& q = quarantined();
+  std::lock_guard<std::mutex> lock(q.mu);
+  q.why.emplace(quarantine_key(backend, config, p), why);
+  q.any = true;
+}
+
+std::string quarantine_reason(std::string_view backend, std::string_view config, const GemmProblem& p) {
+  Quarantine& q = quarantined();
+  if (!q.any) return "";
+  std::lock_guard<std::mutex> lock(q.mu);
+  const auto it = q.why.find(quarantine_key(backend, config, p));
+  return it == q.why.end() ? "" : "quarantined in this process: " + it->second;
+}
+
 std::string cannot_run_reason(const GemmBackend& b, int config, const GemmProblem& p) {
   if (std::string why = accum_reason(b, config, p); !why.empty()) return why;
+  if (std::string why = quarantine_reason(b.name(), b.configs()[config], p); !why.empty()) return why;
   return b.supports(p, config);
 }
 

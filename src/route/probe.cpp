@@ -1,7 +1,9 @@
-// probe_shape (route.h): a shape's routing candidates timed on this GPU at load time.
+// probe_shape (route.h) and autoprobe::probe_within (autoprobe.h): a shape's routing candidates
+// timed on this GPU.
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 
 #include "timing/gemm_operands.h"
@@ -9,10 +11,16 @@
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
+#include "gemm/backend.h"
+#include "route/autoprobe.h"
+#include "route/route_log.h"
 
 namespace fp8route {
 
-std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAtM& problem_at, const ProbeOptions& opt) {
+namespace autoprobe {
+
+ShapeProbe probe_within(const Router& router, const ProblemAtM& problem_at, const ProbeOptions& opt, double budget_s,
+                        int64_t near_m) {
   FP8ROUTE_CHECK(opt.top >= 1, "ProbeOptions::top: at least 1, got " << opt.top);
   FP8ROUTE_CHECK(opt.reps >= 1 && opt.warmup >= 0 && opt.instances >= 1,
                  "ProbeOptions: reps >= 1, warmup >= 0, instances >= 1, got reps=" << opt.reps << " warmup="
@@ -26,13 +34,25 @@ std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAt
     grid.erase(std::remove_if(grid.begin(), grid.end(),
                               [&](int64_t m) { return router.select(problem_at(m, "")).source == Route::Source::exact; }),
                grid.end());
-  std::vector<MeasurementRecord> out;
-  if (grid.empty()) return out;
+  ShapeProbe result;
+  std::vector<MeasurementRecord>& out = result.records;
+  if (grid.empty()) return result;
   FP8ROUTE_CHECK_CAT(cuda_device_count() > 0, ErrorCategory::unsupported,
                      "probe_shape needs a GPU: " << cuda_unavailable_reason());
+  if (near_m > 0)  // nearest first on a log scale, where the router interpolates
+    std::stable_sort(grid.begin(), grid.end(), [&](int64_t a, int64_t b) {
+      return std::abs(std::log(double(a) / double(near_m))) < std::abs(std::log(double(b) / double(near_m)));
+    });
   timing::MeasureOptions mo;
   mo.warmup = opt.warmup, mo.reps = opt.reps, mo.instances = opt.instances;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto spent = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   for (int64_t m : grid) {
+    if (budget_s > 0 && !result.done.empty() && spent() >= budget_s) {
+      result.due.push_back(m);
+      continue;
+    }
+    result.done.push_back(m);
     const GemmProblem routed = problem_at(m, "");
     // Each backend runs the problem in its own scale form (LinearPlan pads a block weight scale for
     // cuBLASLt): the candidates of one form (to_string names it) are timed side by side on one set
@@ -46,15 +66,43 @@ std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAt
     for (const auto& [key, form] : by_form) {
       const auto& [p, choices] = form;
       const int sets = timing::rotation_sets(timing::gemm_call_bytes(p), mo);
-      const timing::GemmOperandSets ops = timing::make_gemm_operands(p, sets, 0x9B0Bull + uint64_t(m));
+      timing::GemmOperandSets ops = timing::make_gemm_operands(p, sets, 0x9B0Bull + uint64_t(m));
+      if (route_log::enabled()) {
+        std::string names;
+        for (const auto& [b, c] : choices) names += (names.empty() ? "" : ", ") + b + "/" + c;
+        route_log::note("fp8route probe: timing " + key + ": " + names);
+      }
       const std::vector<timing::Measurement> ms = timing::measure_gemms(ops, choices, mo);
-      for (size_t i = 0; i < choices.size(); ++i)
+      std::string stalled;
+      for (size_t i = 0; i < choices.size(); ++i) {
         if (ms[i].error.empty())
           out.push_back({routed.scale, routed.out, routed.n, routed.k, m, choices[i].first, choices[i].second,
                          ms[i].median_us});
+        if (!ms[i].stalled) continue;
+        gemm::quarantine(choices[i].first, choices[i].second, p, "timed at m=" + std::to_string(m) + ": " + ms[i].error);
+        stalled += (stalled.empty() ? "" : ", ") + choices[i].first + "/" + choices[i].second;
+      }
+      if (!stalled.empty()) {
+        set_default_router(default_router());  // the routed scaled_mm decides its problems again
+        // Work that may never finish still reads the operands: freeing them would wait for it.
+        for (auto* bufs : {&ops.a, &ops.b, &ops.out})
+          for (DeviceBuffer& b : *bufs) b.release();
+        ops.sa.release(), ops.sb.release(), ops.bias.release();
+        FP8ROUTE_FAIL(ErrorCategory::timeout,
+                      "probe_shape: " << stalled << " did not finish within " << mo.timeout_s << " s on " << key
+                                      << "; quarantined for this shape in this process (never chosen)");
+      }
     }
   }
-  return out;
+  std::sort(result.done.begin(), result.done.end());
+  std::sort(result.due.begin(), result.due.end());
+  return result;
+}
+
+}  // namespace autoprobe
+
+std::vector<MeasurementRecord> probe_shape(const Router& router, const ProblemAtM& problem_at, const ProbeOptions& opt) {
+  return autoprobe::probe_within(router, problem_at, opt, 0, 0).records;
 }
 
 std::vector<MeasurementRecord> probe_shapes(const Router& router, const std::vector<std::pair<int64_t, int64_t>>& shapes,

@@ -1,10 +1,14 @@
 #include "timing/measure.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <numeric>
 #include <random>
 #include <cmath>
+#include <cstdio>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -49,7 +53,38 @@ double fastest_ok(const std::vector<double>& us, const std::vector<bool>& failed
   return best;
 }
 
+// The stream every measurement of this thread runs on (libraries keep per-stream state, cuBLASLt's
+// workspace, which a fresh stream per measurement would multiply); replaced after a stall, when the
+// old one still holds work that may never finish (it is leaked, never synchronized or destroyed).
+thread_local cudaStream_t t_stream = nullptr;
+
+cudaStream_t timing_stream() {
+  if (t_stream == nullptr) FP8ROUTE_CUDA_CHECK(cudaStreamCreateWithFlags(&t_stream, cudaStreamNonBlocking));
+  return t_stream;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
+
 }  // namespace
+
+bool finished_within(cudaStream_t stream, double seconds) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration<double>(seconds);
+  auto nap = std::chrono::microseconds(10);
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) FP8ROUTE_CUDA_CHECK(e);
+    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();  // "not yet" is no error
+    if (clock::now() > deadline) return false;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
 
 int rotation_sets(int64_t bytes_per_call, const MeasureOptions& opt) {
   const double l2 = static_cast<double>(device_info(-1).l2_bytes);
@@ -75,6 +110,7 @@ std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, in
         const Measurement& x = each[o * opt.instances + i];
         if (!x.error.empty()) {
           m.error = x.error;
+          m.stalled = x.stalled;
           break;
         }
         m.median_us += x.median_us / opt.instances;
@@ -83,30 +119,43 @@ std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, in
       }
       if (!m.error.empty()) {
         const std::string error = m.error;
+        const bool stalled = m.stalled;
         m = Measurement{};
-        m.error = error;
+        m.error = error, m.stalled = stalled;
       }
       m.instances = opt.instances;
     }
     return out;
   }
-  // One stream per thread for every measurement: libraries keep per-stream state (cuBLASLt's
-  // workspace), which a fresh stream per measurement would multiply.
-  thread_local const cudaStream_t stream = [] {
-    cudaStream_t st;
-    FP8ROUTE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    return st;
-  }();
+  const cudaStream_t stream = timing_stream();
   const size_t n = ops.size();
   std::vector<Measurement> out(n);
   std::vector<cudaGraphExec_t> exec(n, nullptr);
   std::vector<bool> live(n, false);
+  // A stall leaves the stream holding work that may never finish: the rest is not run on it, and
+  // the next measurement of this thread gets a new stream.
+  const auto give_up_stream = [&](const std::string& why) {
+    for (size_t o = 0; o < n; ++o)  // none is timed, those set up before the stall included
+      if (out[o].error.empty()) out[o].error = why;
+    for (cudaGraphExec_t e : exec)
+      if (e) cudaGraphExecDestroy(e);  // an executable in flight is freed when it completes
+    t_stream = nullptr;
+    return out;
+  };
+  double first_calls_s = 0;  // host-to-finish time of every op's first calls, for the replays' bound
   for (size_t o = 0; o < n; ++o) {
     try {
       for (int i = 0; i < sets; ++i) ops[o](i, stream);  // first calls outside the graph: lazy init
-      FP8ROUTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const auto t0 = std::chrono::steady_clock::now();
+      if (!finished_within(stream, opt.timeout_s)) {
+        out[o].stalled = true;
+        out[o].error = "did not finish within " + seconds_text(opt.timeout_s) +
+                       " (a kernel that never returns, or the GPU held by other work); not timed";
+        return give_up_stream("not timed: another op of the measurement did not finish");
+      }
+      first_calls_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (opt.graph) {
-        cudaGraph_t graph;
+        cudaGraph_t graph = nullptr;
         FP8ROUTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         try {
           for (int i = 0; i < sets; ++i) ops[o](i, stream);
@@ -131,16 +180,28 @@ std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, in
       for (int i = 0; i < sets; ++i) ops[o](i, stream);
     }
   };
-  for (int w = 0; w < opt.warmup; ++w)
+  // A round (one replay of every op) is waited for before the next is enqueued, with a bound: a
+  // stuck op would otherwise fill the stream's launch queue and block the host in an enqueue.
+  const double round_bound = opt.timeout_s + 4.0 * first_calls_s;
+  std::vector<cudaEvent_t> ev(2 * opt.reps * n);
+  for (auto& e : ev) FP8ROUTE_CUDA_CHECK(cudaEventCreate(&e));
+  const auto stalled = [&] {
+    for (size_t o = 0; o < n; ++o)
+      if (live[o]) out[o].stalled = true;
+    for (auto& e : ev) cudaEventDestroy(e);
+    return give_up_stream("a round of timed replays did not finish within " + seconds_text(round_bound) +
+                                 " (a kernel that never returns, or the GPU held by other work); not timed");
+  };
+  for (int w = 0; w < opt.warmup; ++w) {
     for (size_t o = 0; o < n; ++o)
       if (live[o]) run_once(o);
+    if (!finished_within(stream, round_bound)) return stalled();
+  }
   // Rounds: replay r of every op before replay r + 1 of any, so that a drift of the clocks during
   // the run (the H200 moves by ~10% within seconds under sustained load) shifts every op alike. The
   // order within a round is shuffled and the L2 flushed (untimed) before each replay, so no op
   // always follows the same neighbour and pays for its dirty lines (a fixed order made the first op
   // 2-4% slower at M = 32-64, after split-K configs that write a workspace).
-  std::vector<cudaEvent_t> ev(2 * opt.reps * n);
-  for (auto& e : ev) FP8ROUTE_CUDA_CHECK(cudaEventCreate(&e));
   std::mt19937 rng(12345);
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
@@ -153,8 +214,8 @@ std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, in
       run_once(o);
       FP8ROUTE_CUDA_CHECK(cudaEventRecord(ev[2 * (r * n + o) + 1], stream));
     }
+    if (!finished_within(stream, round_bound)) return stalled();
   }
-  FP8ROUTE_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (size_t o = 0; o < n; ++o) {
     if (!live[o]) continue;
     std::vector<double> us(opt.reps);

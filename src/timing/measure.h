@@ -25,6 +25,12 @@ struct MeasureOptions {
   int instances = 1;       // > 1: each op captured into this many graphs, all replayed interleaved;
                            // the op's time is the mean of their medians (a stream-K graph runs at
                            // one of two speeds for its life: bench/results/2026-11-30-routed-h200)
+  // Nothing here waits for the GPU without a bound: an op's first calls must finish within
+  // timeout_s of being enqueued, and the timed replays within timeout_s plus 4x what the first
+  // calls took per replay. An op that misses its bound gets Measurement::stalled and an error; the
+  // thread's timing stream (which still holds the stuck work) is then given up for a new one, and
+  // the ops not yet run are reported as not timed.
+  double timeout_s = 10;
 };
 
 struct Measurement {
@@ -32,9 +38,13 @@ struct Measurement {
   int sets = 0, reps = 0, instances = 1;
   bool graph = true;
   std::string error;  // measure_interleaved: why this op could not be run (then not timed)
+  bool stalled = false;  // it did not finish within MeasureOptions::timeout_s (error says so)
 };
 
 using Enqueue = std::function<void(int set, cudaStream_t)>;
+
+// Whether `stream`'s work finishes within `seconds` (polled, never a blocking synchronize).
+bool finished_within(cudaStream_t stream, double seconds);
 
 // How many rotation sets a call touching `bytes_per_call` bytes of input needs.
 int rotation_sets(int64_t bytes_per_call, const MeasureOptions& opt = {});
