@@ -108,6 +108,9 @@ probe_cache::File random_file(std::mt19937_64& rng, const TableStamp& machine) {
         continue;
       f.measured.push_back({m, b, c, 1.0 + double(rng() % 1000000) / 7.0});
     }
+  if (rng() % 2)  // a call-bounded probe leaves M of the grid due
+    for (int64_t m : {24, 48, 768, 3072})
+      if (rng() % 2) f.due.push_back(m);
   return f;
 }
 
@@ -208,6 +211,9 @@ TEST(ProbeCache, DamagedFilesAreIgnoredWithAReason) {
   ignored(edited(row, row + "-"), "measured[0][3] (us)");
   ignored(edited("\"measured\": [\n ", "\"measured\": [\n " + row + "1],\n "), "same (m, backend, config)");
   ignored(edited("\"measured\": [", "\"measured\": [], \"x\": ["), "measured");
+  ignored(edited("\"seconds\": ", "\"due\": [48, 24], \"seconds\": "), "probe.due[1]");
+  ignored(edited("\"seconds\": ", "\"due\": [0], \"seconds\": "), "probe.due[0]");
+  ignored(edited("\"seconds\": ", "\"due\": 48, \"seconds\": "), "probe.due");
   fs::remove(path);
   fs::create_directory(path);  // a folder where the file should be
   std::string why;
@@ -388,6 +394,15 @@ TEST(AutoProbeConfigEnv, VariablesTurnOffMoveAndBudget) {
     env.set("FP8ROUTE_AUTOPROBE_BUDGET", bad);
     EXPECT_EQ(autoprobe::config_from_environment().budget_s, AutoProbeConfig{}.budget_s) << bad;
   }
+  env.set("FP8ROUTE_AUTOPROBE_CALL_BUDGET", nullptr);
+  EXPECT_EQ(autoprobe::config_from_environment().call_budget_s, 2);
+  env.set("FP8ROUTE_AUTOPROBE_CALL_BUDGET", "0.25");
+  EXPECT_EQ(autoprobe::config_from_environment().call_budget_s, 0.25);
+  env.set("FP8ROUTE_AUTOPROBE_CALL_BUDGET", "0");
+  EXPECT_EQ(autoprobe::config_from_environment().call_budget_s, 0);
+  env.set("FP8ROUTE_AUTOPROBE_CALL_BUDGET", "-3");
+  EXPECT_EQ(autoprobe::config_from_environment().call_budget_s, AutoProbeConfig{}.call_budget_s);
+  env.set("FP8ROUTE_AUTOPROBE_CALL_BUDGET", nullptr);
 }
 
 TEST_F(AutoProbeTest, ConfigurationIsCheckedAndSetForTheProcess) {

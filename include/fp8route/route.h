@@ -229,6 +229,10 @@ struct AutoProbeConfig {
                           // "": timings kept in this process only
   double budget_s = 120;  // FP8ROUTE_AUTOPROBE_BUDGET: seconds of probing per process; a shape met once
                           // they are spent routes by the table (a probe started before finishes)
+  // FP8ROUTE_AUTOPROBE_CALL_BUDGET: seconds a scaled_mm call may spend probing (0: no bound). It times
+  // the grid's M nearest its own first and leaves the rest due: a later call whose M lies next to a due
+  // M probes again within the same bound; a LinearPlan (at load time) or warmup() probes all of it.
+  double call_budget_s = 2;
   // ProbeOptions' 21 M from decode to prefill (the router interpolates between them) with two graph
   // instances instead of four: the one-time cost per shape is what autoprobe_records() says. On
   // layer shapes outside the table (H200), against the powers of two alone (13 M): M between the
@@ -249,7 +253,7 @@ struct AutoProbeRecord {
   ScaleKind scale = ScaleKind::tensor;
   DType out = DType::bf16;
   int64_t n = 0, k = 0;
-  std::string caller;  // what met the shape first: "LinearPlan" or "scaled_mm"
+  std::string caller;  // what met the shape: "LinearPlan", "scaled_mm" or "warmup"
   // probed: timed here; cached: read from the probe cache; skipped: not probed (the budget was
   // spent, or one candidate at every M: nothing to rank); failed: the probe threw (note says why).
   enum class Outcome { probed, cached, skipped, failed } outcome = Outcome::probed;
@@ -260,8 +264,14 @@ struct AutoProbeRecord {
   std::string note;        // skipped, failed: why; probed: why the file was not written, if it was not
 };
 std::string_view name(AutoProbeRecord::Outcome o);
-// Every shape automatic probing settled in this process, in order (the seconds of `probed` ones sum
+// What automatic probing did in this process, in order: one record per shape settled, and one per
+// further part of a shape that call-bounded probes time in parts (the seconds of `probed` ones sum
 // to the one-time cost).
 std::vector<AutoProbeRecord> autoprobe_records();
+// Warms up ahead of serving: probes (scale, out, N, K) now at every M of the probe grid the routed
+// scaled_mm would still time at a first call (none when the table or the probe cache has the shape),
+// and makes the process-wide router route it by the timings. What it did: autoprobe_records()' new
+// entries (empty when nothing was due). A LinearPlan does the same for its layer when it is made.
+std::vector<AutoProbeRecord> warmup(ScaleKind scale, DType out, int64_t n, int64_t k, bool bias = false);
 
 }  // namespace fp8route

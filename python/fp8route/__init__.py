@@ -30,6 +30,7 @@ from .ops import (
     table_info,
     set_autoprobe,
     autoprobe_info,
+    warmup,
 )
 
 __version__ = str(_lib.version())
@@ -47,7 +48,7 @@ def _use_packaged_table():
 _use_packaged_table()
 
 __all__ = [
-    "explain", "load_table", "save_table", "probe", "table_info", "set_autoprobe", "autoprobe_info", "quant_layout", "per_token_group_quant",
+    "explain", "load_table", "save_table", "probe", "table_info", "set_autoprobe", "autoprobe_info", "warmup", "quant_layout", "per_token_group_quant",
     "silu_and_mul_per_token_group_quant", "silu_and_mul_per_token_quant", "masked_per_token_group_quant",
     "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "per_token_quant",
     "per_tensor_quant", "rms_norm", "rms_norm_per_token_group_quant", "rms_norm_per_token_quant",

@@ -568,22 +568,46 @@ def probe(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", m_grid=No
     return plain(lib.probe_shapes(pairs, [str(s) for s in scales], _out_name(out_dtype), grid, int(top), bool(always)))
 
 
-def set_autoprobe(enabled, cache_dir=None, budget_s=None):
+def set_autoprobe(enabled, cache_dir=None, budget_s=None, call_budget_s=None):
     """Turns automatic probing on or off for this process (the environment's FP8ROUTE_AUTOPROBE=0
     does so for every process): an Fp8Linear made afterwards, and scaled_mm at its next eager call,
-    time a shape the routing table lacks once on this GPU and keep the timings in the probe cache
+    time a shape the routing table lacks on this GPU and keep the timings in the probe cache
     (cache_dir: a folder instead of FP8ROUTE_CACHE_DIR / ~/.cache/fp8route; "" keeps them in this
-    process only), within budget_s seconds of probing per process. Turning it on makes scaled_mm
-    decide its shapes again."""
+    process only), within budget_s seconds of probing per process. A scaled_mm call probes for at
+    most call_budget_s seconds (default 2; 0: no bound), the grid's M nearest its own first; later
+    calls near M still due probe them, and warmup() probes the rest ahead. Turning it on makes
+    scaled_mm decide its shapes again."""
     lib.set_autoprobe(bool(enabled), None if cache_dir is None else str(cache_dir),
-                      -1.0 if budget_s is None else float(budget_s))
+                      -1.0 if budget_s is None else float(budget_s),
+                      -1.0 if call_budget_s is None else float(call_budget_s))
+
+
+def warmup(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", bias=False):
+    """Warms scaled_mm up ahead of serving: for each (N, K) of `shapes` and each scale kind of
+    `scales` that the routing table lacks, probes now every M of the probe grid that a first call
+    would otherwise time (nothing when the table or the probe cache has the shape), so that no call
+    blocks to probe later. Call it at model load, before capturing CUDA graphs. Returns what it did:
+    the records autoprobe_info() lists, one per shape probed or read from the cache. Needs automatic
+    probing on (the default); ValueError names a bad argument."""
+    pairs = []
+    for shape in shapes:
+        try:
+            n, k = (int(v) for v in shape)
+        except (TypeError, ValueError):
+            raise ValueError(f"shapes: (N, K) pairs expected, got {shape!r}") from None
+        pairs.append([n, k])
+    if isinstance(scales, str):
+        scales = [scales]
+    return plain(lib.warmup(pairs, [str(s) for s in scales], _out_name(out_dtype), bool(bias)))
 
 
 def autoprobe_info():
-    """Automatic probing in this process: {"enabled", "cache_dir", "budget_s", "m_grid", "records"},
-    records being what it did per shape, in order: {"scale", "out", "n", "k", "caller" (Fp8Linear's
-    "LinearPlan" or "scaled_mm"), "outcome" (probed, cached, skipped, failed), "seconds" (probing
-    time), "m", "timings", "file" (the cache file), "note" (why, when skipped or failed)}."""
+    """Automatic probing in this process: {"enabled", "cache_dir", "budget_s", "call_budget_s",
+    "m_grid", "records"}, records being what it did, in order: {"scale", "out", "n", "k", "caller"
+    (Fp8Linear's "LinearPlan", "scaled_mm" or "warmup"), "outcome" (probed, cached, skipped,
+    failed), "seconds" (probing time), "m" (the M it timed), "timings", "file" (the cache file),
+    "note" (why, when skipped or failed)}. A shape a bounded scaled_mm call probed in part has one
+    record per part."""
     return plain(lib.autoprobe_info())
 
 

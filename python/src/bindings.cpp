@@ -565,31 +565,62 @@ Array<Dict> probe_shapes(Array<Array<int64_t>> shapes, Array<String> scales, Str
   });
 }
 
-// Automatic probing (route.h): set_autoprobe_config with `enabled`, and the cache folder and budget
-// when given (cache_dir not None; budget_s >= 0).
-void set_autoprobe(bool enabled, Optional<String> cache_dir, double budget_s) {
+// Automatic probing (route.h): set_autoprobe_config with `enabled`, and the cache folder and budgets
+// when given (cache_dir not None; budget_s, call_budget_s >= 0).
+void set_autoprobe(bool enabled, Optional<String> cache_dir, double budget_s, double call_budget_s) {
   guarded([&] {
     fp8route::AutoProbeConfig c = fp8route::autoprobe_config();
     c.enabled = enabled;
     if (cache_dir) c.cache_dir = std::string(*cache_dir);
     if (budget_s >= 0) c.budget_s = budget_s;
+    if (call_budget_s >= 0) c.call_budget_s = call_budget_s;
     fp8route::set_autoprobe_config(c);
   });
 }
 
-// {"enabled", "cache_dir", "budget_s", "m_grid", "records": [...]} (autoprobe_config, autoprobe_records).
+Array<Dict> autoprobe_records_of(const std::vector<fp8route::AutoProbeRecord>& recs) {
+  Array<Dict> records;
+  for (const fp8route::AutoProbeRecord& r : recs)
+    records.push_back(Dict{{"scale", str(fp8route::name(r.scale))}, {"out", str(fp8route::dtype_name(r.out))},
+                           {"n", r.n}, {"k", r.k}, {"caller", utf8(r.caller)},
+                           {"outcome", str(fp8route::name(r.outcome))}, {"seconds", r.seconds},
+                           {"m", ints(r.m)}, {"timings", int64_t(r.timings)}, {"file", utf8(r.file)},
+                           {"note", utf8(r.note)}});
+  return records;
+}
+
+// {"enabled", "cache_dir", "budget_s", "call_budget_s", "m_grid", "records": [...]} (autoprobe_config,
+// autoprobe_records).
 Dict autoprobe_info() {
   return guarded([&] {
     const fp8route::AutoProbeConfig c = fp8route::autoprobe_config();
-    Array<Dict> records;
-    for (const fp8route::AutoProbeRecord& r : fp8route::autoprobe_records())
-      records.push_back(Dict{{"scale", str(fp8route::name(r.scale))}, {"out", str(fp8route::dtype_name(r.out))},
-                             {"n", r.n}, {"k", r.k}, {"caller", utf8(r.caller)},
-                             {"outcome", str(fp8route::name(r.outcome))}, {"seconds", r.seconds},
-                             {"m", ints(r.m)}, {"timings", int64_t(r.timings)}, {"file", utf8(r.file)},
-                             {"note", utf8(r.note)}});
-    return Dict{{"enabled", c.enabled}, {"cache_dir", utf8(c.cache_dir)}, {"budget_s", c.budget_s},
-                {"m_grid", ints(c.probe.m_grid)}, {"records", records}};
+    return Dict{{"enabled", c.enabled},           {"cache_dir", utf8(c.cache_dir)},
+                {"budget_s", c.budget_s},         {"call_budget_s", c.call_budget_s},
+                {"m_grid", ints(c.probe.m_grid)}, {"records", autoprobe_records_of(fp8route::autoprobe_records())}};
+  });
+}
+
+// fp8route::warmup for every (N, K) of `shapes` at every scale kind of `scales`: the records of what
+// it did.
+Array<Dict> warmup(Array<Array<int64_t>> shapes, Array<String> scales, String out, bool bias) {
+  return guarded([&] {
+    const fp8route::DType out_dtype = fp8route::parse_dtype(std::string(out), "out_dtype");
+    std::vector<fp8route::ScaleKind> kinds;
+    for (const String& s : scales) kinds.push_back(fp8route::parse_scale_kind(std::string(s)));
+    FP8ROUTE_CHECK(!kinds.empty(), "scales: at least one of tensor, row, block");
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Array<int64_t> shape = shapes[i];
+      FP8ROUTE_CHECK(shape.size() == 2 && shape[0] >= 1 && shape[1] >= 1,
+                     "shapes[" << i << "]: an (N, K) pair of integers >= 1 expected");
+    }
+    std::vector<fp8route::AutoProbeRecord> all;
+    for (size_t i = 0; i < shapes.size(); ++i)
+      for (fp8route::ScaleKind sk : kinds) {
+        const Array<int64_t> shape = shapes[i];
+        const auto recs = fp8route::warmup(sk, out_dtype, shape[0], shape[1], bias);
+        all.insert(all.end(), recs.begin(), recs.end());
+      }
+    return autoprobe_records_of(all);
   });
 }
 
@@ -630,3 +661,4 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_create, linear_plan_create);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(probe_shapes, probe_shapes);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(set_autoprobe, set_autoprobe);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(autoprobe_info, autoprobe_info);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(warmup, warmup);

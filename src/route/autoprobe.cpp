@@ -1,6 +1,7 @@
 // Automatic probing (route.h, "Automatic probing"; autoprobe.h): the shapes a router's table lacks,
 // timed once per machine and kept in the probe cache.
 
+#include "core/env.h"
 #include "route/autoprobe.h"
 
 #include <cuda_runtime_api.h>
@@ -30,6 +31,8 @@ struct Known {
   bool settled = false;  // false: the cache file was looked at and had nothing; a probe is due
   std::vector<MeasurementRecord> records;
   std::string how;
+  std::vector<int64_t> due;  // grid M a call-bounded probe left for later (ascending)
+  double seconds = 0;        // spent probing it, here and in the processes before
 };
 
 struct State {
@@ -77,13 +80,38 @@ std::vector<int64_t> ms_of(const std::vector<MeasurementRecord>& records) {
   return ms;
 }
 
-// Settles the shape (under s.mu) and keeps the record.
-void settle(State& s, const std::pair<std::string, Key>& id, std::vector<MeasurementRecord> records, std::string how,
-            AutoProbeRecord rec) {
+// Settles the shape, or what more of it a later probe timed (under s.mu), and keeps the record.
+void settle(State& s, const std::pair<std::string, Key>& id, std::vector<MeasurementRecord> records,
+            std::vector<int64_t> due, std::string how, AutoProbeRecord rec) {
   Known& k = s.known[id];
-  if (k.settled) return;  // another thread settled it first
-  k.settled = true, k.records = std::move(records), k.how = std::move(how);
+  if (k.settled && rec.outcome == AutoProbeRecord::Outcome::cached) return;  // another thread settled it first
+  if (rec.outcome == AutoProbeRecord::Outcome::probed || rec.outcome == AutoProbeRecord::Outcome::cached)
+    k.seconds += rec.seconds;
+  k.settled = true, k.records = std::move(records), k.due = std::move(due), k.how = std::move(how);
   s.records.push_back(std::move(rec));
+}
+
+std::vector<int64_t> sorted_grid(const AutoProbeConfig& cfg) {
+  std::vector<int64_t> g = cfg.probe.m_grid;
+  std::sort(g.begin(), g.end());
+  g.erase(std::unique(g.begin(), g.end()), g.end());
+  return g;
+}
+
+// Whether a call within `bound` must probe more of a settled shape: an unbounded call while any M is
+// due; a bounded one when a grid M next to its M (the nearest at or below, and at or above) is due.
+bool needs_probe(const Known& k, const std::vector<int64_t>& grid, const CallBound& bound) {
+  if (k.due.empty()) return false;
+  if (bound.budget_s <= 0 || bound.m <= 0) return true;
+  const auto is_due = [&](int64_t m) { return std::binary_search(k.due.begin(), k.due.end(), m); };
+  const auto above = std::lower_bound(grid.begin(), grid.end(), bound.m);
+  if (above != grid.end() && is_due(*above)) return true;
+  if (above != grid.begin() && is_due(*std::prev(above))) return true;
+  return above == grid.end() && is_due(grid.back());
+}
+
+std::string due_text(const std::vector<int64_t>& due) {
+  return std::to_string(due.size()) + " M of the grid still due";
 }
 
 AutoProbeRecord record_of(const Key& key, std::string_view caller, AutoProbeRecord::Outcome outcome) {
@@ -116,33 +144,40 @@ std::optional<TableStamp> machine_here() {
 
 AutoProbeConfig config_from_environment() {
   AutoProbeConfig c;
-  if (const char* v = std::getenv("FP8ROUTE_AUTOPROBE"); v && std::string(v) == "0") c.enabled = false;
+  if (const auto v = env::get("FP8ROUTE_AUTOPROBE"); v && *v == "0") c.enabled = false;
   c.cache_dir = probe_cache::default_dir();
-  if (const char* b = std::getenv("FP8ROUTE_AUTOPROBE_BUDGET"); b && *b) {
-    char* end = nullptr;
-    const double v = std::strtod(b, &end);
-    if (end && *end == '\0' && std::isfinite(v) && v >= 0) c.budget_s = v;
-    else
-      route_log::note("fp8route autoprobe: FP8ROUTE_AUTOPROBE_BUDGET: expected seconds >= 0, got '" + std::string(b) +
-                      "'; the default " + seconds_text(c.budget_s) + " applies");
+  for (auto [name, field] : {std::pair{"FP8ROUTE_AUTOPROBE_BUDGET", &c.budget_s},
+                             std::pair{"FP8ROUTE_AUTOPROBE_CALL_BUDGET", &c.call_budget_s}}) {
+    std::string bad;
+    if (const std::optional<double> v = env::seconds(name, &bad)) *field = *v;
+    else if (!bad.empty())
+      route_log::note("fp8route autoprobe: " + std::string(name) + ": expected seconds >= 0, got '" + bad +
+                      "'; the default " + seconds_text(*field) + " applies");
   }
   return c;
 }
 
 Timings timings(const Key& key, std::string_view caller, const TableStamp& machine, const Router& router,
-                const ProblemAtM& problem_at, cudaStream_t stream) {
+                const ProblemAtM& problem_at, cudaStream_t stream, const CallBound& bound) {
   Timings out;
   const AutoProbeConfig cfg = autoprobe_config();
   if (!cfg.enabled) return out;
   State& s = state();
   const std::pair<std::string, Key> id{machine_id(machine), key};
   const std::string what = "fp8route autoprobe: " + std::string(caller) + " " + probe_cache::to_string(key);
-  const auto known = [&]() -> std::optional<Timings> {  // under s.mu
+  const std::vector<int64_t> grid = sorted_grid(cfg);
+  // Under s.mu: the shape's timings when they serve this call (settled, and no M due that it needs).
+  const auto known = [&]() -> std::optional<Timings> {
     const auto it = s.known.find(id);
-    if (it == s.known.end() || !it->second.settled) return std::nullopt;
+    if (it == s.known.end() || !it->second.settled || needs_probe(it->second, grid, bound)) return std::nullopt;
     Timings t;
     t.records = it->second.records, t.how = it->second.how;
     return t;
+  };
+  // Under s.mu: what is known so far (settled with M due, or nothing).
+  const auto so_far = [&]() -> Known {
+    const auto it = s.known.find(id);
+    return it == s.known.end() ? Known{} : it->second;
   };
   bool looked = false;  // at the cache file, by this process
   {
@@ -164,21 +199,25 @@ Timings timings(const Key& key, std::string_view caller, const TableStamp& machi
       AutoProbeRecord rec = record_of(key, caller, AutoProbeRecord::Outcome::cached);
       rec.seconds = f->seconds, rec.m = ms_of(records), rec.timings = records.size(), rec.file = path;
       const std::string how = "timings read from the probe cache " + path + " (probed on " + f->machine.date + " in " +
-                              seconds_text(f->seconds) + ")";
+                              seconds_text(f->seconds) + (f->due.empty() ? "" : ", " + due_text(f->due)) + ")";
       route_log::note(what + ": " + std::to_string(records.size()) + " " + how);
-      settle(s, id, records, how, std::move(rec));
-      out.records = std::move(records), out.how = how;
-      return out;
+      settle(s, id, records, f->due, how, std::move(rec));
+      if (std::optional<Timings> t = known()) return *t;
+    } else {
+      if (!why.empty()) route_log::note("fp8route autoprobe: ignored " + why);
+      s.known.try_emplace(id);  // looked: the next call goes straight to the probe
     }
-    if (!why.empty()) route_log::note("fp8route autoprobe: ignored " + why);
-    s.known.try_emplace(id);  // looked: the next call goes straight to the probe
   }
+  // Routes by what is known (a shape probed in part keeps its timings) and probes it no further.
   const auto give_up = [&](AutoProbeRecord::Outcome outcome, const std::string& why) {
-    route_log::note(what + ": " + std::string(name(outcome)) + ": " + why + "; routed by the table");
     std::lock_guard<std::mutex> lock(s.mu);
+    Known k = so_far();
+    route_log::note(what + ": " + std::string(name(outcome)) + ": " + why +
+                    (k.records.empty() ? "; routed by the table" : "; routed by the timings so far"));
     AutoProbeRecord rec = record_of(key, caller, outcome);
     rec.note = why;
-    settle(s, id, {}, "", std::move(rec));
+    settle(s, id, k.records, {}, k.how, std::move(rec));
+    out.records = std::move(k.records), out.how = std::move(k.how);
     return out;
   };
   const auto over_budget = [&]() -> std::optional<std::string> {
@@ -196,29 +235,47 @@ Timings timings(const Key& key, std::string_view caller, const TableStamp& machi
     return give_up(AutoProbeRecord::Outcome::failed, "no GPU: " + cuda_unavailable_reason());
   if (capturing(stream)) {
     route_log::note(what + ": met under CUDA graph capture: routed by the table; probed at the next eager call");
+    std::lock_guard<std::mutex> lock(s.mu);
+    const Known k = so_far();
+    out.records = k.records, out.how = k.how;
     out.deferred = true;
     return out;
   }
 
   std::lock_guard<std::mutex> probing(s.probing);
+  Known before;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (std::optional<Timings> t = known()) return *t;  // another thread probed it meanwhile
+    before = so_far();
   }
   if (const auto why = over_budget()) return give_up(AutoProbeRecord::Outcome::skipped, *why);  // spent meanwhile
-  bool choice = false;
-  try {
-    for (int64_t m : cfg.probe.m_grid)
-      choice = choice || router.probe_candidates(problem_at(m, ""), cfg.probe.top).size() > 1;
-  } catch (const std::exception& e) {
-    return give_up(AutoProbeRecord::Outcome::failed, probe_cache::message_of(e));
+  ProbeOptions opt = cfg.probe;
+  if (before.settled) opt.m_grid = before.due, opt.always = true;  // the rest of a bounded probe
+  else {
+    bool choice = false;
+    try {
+      for (int64_t m : opt.m_grid) choice = choice || router.probe_candidates(problem_at(m, ""), opt.top).size() > 1;
+    } catch (const std::exception& e) {
+      return give_up(AutoProbeRecord::Outcome::failed, probe_cache::message_of(e));
+    }
+    if (!choice) return give_up(AutoProbeRecord::Outcome::skipped, "one candidate at every M: nothing to rank");
   }
-  if (!choice) return give_up(AutoProbeRecord::Outcome::skipped, "one candidate at every M: nothing to rank");
 
-  std::vector<MeasurementRecord> records;
+  ShapeProbe probe;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    records = probe_shape(router, problem_at, cfg.probe);
+    probe = probe_within(router, problem_at, opt, bound.budget_s, bound.m);
+  } catch (const Error& e) {
+    if (e.category() != ErrorCategory::timeout) return give_up(AutoProbeRecord::Outcome::failed, probe_cache::message_of(e));
+    // The stuck work may still hold the GPU: no later timing in this process could be trusted.
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (s.config) s.config->enabled = false;
+    }
+    route_log::always("fp8route: " + std::string(caller) + " " + probe_cache::to_string(key) + ": " +
+                      probe_cache::message_of(e) + "; automatic probing is off for the rest of this process");
+    return give_up(AutoProbeRecord::Outcome::failed, probe_cache::message_of(e));
   } catch (const std::exception& e) {
     return give_up(AutoProbeRecord::Outcome::failed, probe_cache::message_of(e));
   }
@@ -227,16 +284,18 @@ Timings timings(const Key& key, std::string_view caller, const TableStamp& machi
     std::lock_guard<std::mutex> lock(s.mu);
     s.spent_s += seconds;
   }
+  std::vector<MeasurementRecord> records = before.records;
+  records.insert(records.end(), probe.records.begin(), probe.records.end());
   if (records.empty()) return give_up(AutoProbeRecord::Outcome::failed, "no candidate ran");
 
   AutoProbeRecord rec = record_of(key, caller, AutoProbeRecord::Outcome::probed);
-  rec.seconds = seconds, rec.m = ms_of(records), rec.timings = records.size();
+  rec.seconds = seconds, rec.m = ms_of(probe.records), rec.timings = probe.records.size();
   std::string cached;
   if (path.empty()) {
     rec.note = "no cache folder (FP8ROUTE_CACHE_DIR, XDG_CACHE_HOME and HOME are unset): kept in this process";
     cached = rec.note;
   } else {
-    probe_cache::File f{machine, key, std::string(caller), seconds, {}};
+    probe_cache::File f{machine, key, std::string(caller), before.seconds + seconds, {}, probe.due};
     for (const MeasurementRecord& r : records) f.measured.push_back({r.m, r.backend, r.config, r.us});
     try {
       probe_cache::write(path, f);
@@ -247,38 +306,72 @@ Timings timings(const Key& key, std::string_view caller, const TableStamp& machi
       cached = rec.note;
     }
   }
-  const std::string how = "probed on this GPU in " + seconds_text(seconds) + " (" + cached + ")";
-  route_log::note(what + ": probed " + std::to_string(rec.m.size()) + " M (" + std::to_string(records.size()) +
-                  " timings) in " + seconds_text(seconds) + "; " + cached);
+  const std::string due = probe.due.empty() ? "" : ", " + due_text(probe.due);
+  const std::string how = "probed on this GPU in " + seconds_text(before.seconds + seconds) + due + " (" + cached + ")";
+  // A call that blocks to time kernels is said once, whatever FP8ROUTE_LOG says: engines see it at
+  // start-up and can warm up ahead instead (warmup(), docs/routing.md).
+  route_log::always("fp8route: " + std::string(caller) + " met " + probe_cache::to_string(key) +
+                    ", which the routing table lacks: timed " + std::to_string(rec.m.size()) + " M (" +
+                    std::to_string(probe.records.size()) + " timings) in " + seconds_text(seconds) + due +
+                    "; cached for later processes (FP8ROUTE_AUTOPROBE=0 routes by the table alone)");
+  route_log::note(what + ": probed " + std::to_string(rec.m.size()) + " M (" + std::to_string(probe.records.size()) +
+                  " timings) in " + seconds_text(seconds) + due + "; " + cached);
   std::lock_guard<std::mutex> lock(s.mu);
-  settle(s, id, records, how, std::move(rec));
+  settle(s, id, records, probe.due, how, std::move(rec));
   out.records = std::move(records), out.how = how;
   return out;
 }
 
-std::shared_ptr<const Router> router_for_call(const GemmProblem& p, cudaStream_t stream, bool& deferred) {
-  deferred = false;
-  std::shared_ptr<const Router> r = default_router();
-  const Key key{p.scale, p.out, p.n, p.k};
-  if (!autoprobe_config().enabled || has_entry(r->table(), key)) return r;
+bool due_near(const Key& key, int64_t m) {
+  const AutoProbeConfig cfg = autoprobe_config();
+  if (!cfg.enabled) return false;
   const std::optional<TableStamp> machine = machine_here();
-  if (!machine) return r;
-  // The call's form at every M: its bias, its block weight-scale form, its per-token or per-tensor
-  // activation scale (a single row has one scale either way; its per-token form is assumed). Every
-  // accumulation class is timed: the timings are the shape's, kept for every later caller, and
-  // routing keeps to the class each call asks for.
-  const ProblemAtM problem_at = [call = p](int64_t m, const std::string&) {
+  if (!machine) return false;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  const auto it = s.known.find({machine_id(*machine), key});
+  return it != s.known.end() && it->second.settled && needs_probe(it->second, sorted_grid(cfg), {m, 1});
+}
+
+namespace {
+
+// The routed scaled_mm's problem at every M for a call `p`: its bias, its block weight-scale form, its
+// per-token or per-tensor activation scale (a single row has one scale either way; its per-token form
+// is assumed). Every accumulation class is timed: the timings are the shape's, kept for every later
+// caller, and routing keeps to the class each call asks for.
+ProblemAtM problem_at_of(const GemmProblem& p) {
+  return [call = p](int64_t m, const std::string&) {
     GemmProblem q = call;
     q.m = m, q.align = 16, q.accum = Accum::fast;
     if (q.scale == ScaleKind::row) q.sa_vector = m != 1 && (call.sa_vector || call.m == 1);
     return q;
   };
-  const Timings t = timings(key, "scaled_mm", *machine, *r, problem_at, stream);
+}
+
+// default_router() with `p`'s shape's timings merged in (probing within `bound` when due), the merged
+// router made the default one unless another replaced it meanwhile.
+std::shared_ptr<const Router> merged_router(const GemmProblem& p, cudaStream_t stream, std::string_view caller,
+                                            const CallBound& bound, bool& deferred, Timings* timings_out) {
+  deferred = false;
+  std::shared_ptr<const Router> r = default_router();
+  const Key key{p.scale, p.out, p.n, p.k};
+  if (!autoprobe_config().enabled || (has_entry(r->table(), key) && !due_near(key, bound.budget_s > 0 ? bound.m : 0)))
+    return r;
+  const std::optional<TableStamp> machine = machine_here();
+  if (!machine) return r;
+  Timings t = timings(key, caller, *machine, *r, problem_at_of(p), stream, bound);
   deferred = t.deferred;
   if (t.records.empty()) return r;
   auto merged = std::make_shared<const Router>(r->with_measurements(t.records));
   replace_default_router(r, merged);
+  if (timings_out) *timings_out = std::move(t);
   return merged;
+}
+
+}  // namespace
+
+std::shared_ptr<const Router> router_for_call(const GemmProblem& p, cudaStream_t stream, bool& deferred) {
+  return merged_router(p, stream, "scaled_mm", {p.m, autoprobe_config().call_budget_s}, deferred, nullptr);
 }
 
 void forget() {
@@ -301,6 +394,8 @@ AutoProbeConfig autoprobe_config() {
 void set_autoprobe_config(const AutoProbeConfig& config) {
   FP8ROUTE_CHECK(std::isfinite(config.budget_s) && config.budget_s >= 0,
                  "AutoProbeConfig::budget_s: seconds >= 0, got " << config.budget_s);
+  FP8ROUTE_CHECK(std::isfinite(config.call_budget_s) && config.call_budget_s >= 0,
+                 "AutoProbeConfig::call_budget_s: seconds >= 0, got " << config.call_budget_s);
   FP8ROUTE_CHECK(!config.probe.m_grid.empty(), "AutoProbeConfig::probe.m_grid: at least one M");
   const bool was = autoprobe_config().enabled;
   {
@@ -327,6 +422,16 @@ std::string_view name(AutoProbeRecord::Outcome o) {
     case AutoProbeRecord::Outcome::failed: return "failed";
   }
   return "?";
+}
+
+std::vector<AutoProbeRecord> warmup(ScaleKind scale, DType out, int64_t n, int64_t k, bool bias) {
+  FP8ROUTE_CHECK(n >= 1 && k >= 1, "warmup: n and k must be >= 1, got n=" << n << " k=" << k);
+  const size_t before = autoprobe_records().size();
+  const GemmProblem p = make_problem(2, n, k, scale, out, bias);  // per-token at M > 1
+  bool deferred = false;
+  (void)autoprobe::merged_router(p, nullptr, "warmup", {}, deferred, nullptr);
+  std::vector<AutoProbeRecord> recs = autoprobe_records();
+  return {recs.begin() + std::ptrdiff_t(std::min(before, recs.size())), recs.end()};
 }
 
 std::vector<AutoProbeRecord> autoprobe_records() {

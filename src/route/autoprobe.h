@@ -31,13 +31,40 @@ struct Timings {
   bool deferred = false;  // `stream` is capturing a graph: not probed now, and due at the next eager call
 };
 
+// What one bounded probe of a shape did: the timings, the M it timed and the M of the grid it left
+// for later because the budget was spent.
+struct ShapeProbe {
+  std::vector<MeasurementRecord> records;
+  std::vector<int64_t> done, due;  // ascending
+};
+// probe_shape, the grid's M taken nearest to `near_m` first (> 0; else ascending), no new M started
+// once `budget_s` (> 0; else no bound) is spent and one M is done. probe.cpp.
+ShapeProbe probe_within(const Router& router, const ProblemAtM& problem_at, const ProbeOptions& opt, double budget_s,
+                        int64_t near_m);
+
+// How much of the grid one call may probe: a first call at `m` probes for at most `budget_s` (0: the
+// whole grid, as a LinearPlan at load time and warmup() do), nearest `m` first. A shape left with M
+// due is probed further by a later call whose M lies next to a due one (the grid M at or below it,
+// or at or above it).
+struct CallBound {
+  int64_t m = 0;
+  double budget_s = 0;
+};
+
 // The timings of `key` on `machine` for `caller`, when automatic probing is on: this process's, else
-// the probe cache file's, else a probe now (probe_shape over `router`'s candidates, each in the form
-// problem_at gives) that is written to the cache, unless `stream` is capturing a graph (deferred) or
-// the budget is spent. One probe at a time in the process; a shape is probed at most once per process
-// (a failed or skipped one is not tried again). Logs under FP8ROUTE_LOG; records in autoprobe_records().
+// the probe cache file's, else a probe now (probe_within over `router`'s candidates, each in the form
+// problem_at gives, within `bound`) that is written to the cache, unless `stream` is capturing a graph
+// (deferred) or the budget is spent. One probe at a time in the process; each M of the grid is probed
+// at most once per process (a failed or skipped shape is not tried again). A probe prints one line on
+// stderr; more under FP8ROUTE_LOG; records in autoprobe_records(). A candidate that stalls (does not
+// finish within the timing bound) is quarantined and automatic probing turned off for the process:
+// the GPU may still be running it, so later timings could not be trusted.
 Timings timings(const Key& key, std::string_view caller, const TableStamp& machine, const Router& router,
-                const ProblemAtM& problem_at, cudaStream_t stream);
+                const ProblemAtM& problem_at, cudaStream_t stream, const CallBound& bound = {});
+
+// Whether this process's timings of `key` leave a grid M due next to `m` (then a call at `m` probes,
+// even though its router's table has the shape's entry from the earlier, bounded probe).
+bool due_near(const Key& key, int64_t m);
 
 // The router the routed scaled_mm decides p with: default_router(), with the timings of p's shape
 // merged in when its table has no exact entry for it (the merged router then replaces the default

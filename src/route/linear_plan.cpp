@@ -181,7 +181,8 @@ LinearPlan::LinearPlan(TensorView weight, TensorView weight_scale, ScaleKind act
   // A shape the process-wide table lacks: this GPU's timings (the probe cache's, or probed now in
   // the forms this layer's backends are given). A router the caller passes is used as given.
   const autoprobe::Key key{layout_.gemm, layout_.out, n, k};
-  if (!router && autoprobe_config().enabled && !autoprobe::has_entry(router_->table(), key))
+  if (!router && autoprobe_config().enabled &&
+      (!autoprobe::has_entry(router_->table(), key) || autoprobe::due_near(key, 0)))
     if (const std::optional<TableStamp> machine = autoprobe::machine_here()) {
       const autoprobe::Timings t = autoprobe::timings(
           key, "LinearPlan", *machine, *router_,

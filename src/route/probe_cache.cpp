@@ -1,5 +1,6 @@
 // The probe cache's files (probe_cache.h; format in docs/routing.md, "Automatic probing").
 
+#include "core/env.h"
 #include "route/probe_cache.h"
 
 #include <unistd.h>
@@ -58,9 +59,9 @@ bool same_machine(const TableStamp& a, const TableStamp& b) {
 }
 
 std::string default_dir() {
-  if (const char* d = std::getenv("FP8ROUTE_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return (fs::path(x) / "fp8route").string();
-  if (const char* h = std::getenv("HOME"); h && *h) return (fs::path(h) / ".cache" / "fp8route").string();
+  if (const auto d = env::get("FP8ROUTE_CACHE_DIR")) return *d;
+  if (const auto x = env::get("XDG_CACHE_HOME"); x && (*x)[0] == '/') return (fs::path(*x) / "fp8route").string();
+  if (const auto h = env::get("HOME")) return (fs::path(*h) / ".cache" / "fp8route").string();
   return "";
 }
 
@@ -83,7 +84,13 @@ std::string text_of(const File& f) {
      << ", \"fp8route\": " << q(s.fp8route) << ", \"date\": " << q(s.date) << "},\n\"shape\": {\"scale\": "
      << q(std::string(name(f.key.scale))) << ", \"out\": " << q(std::string(dtype_name(f.key.out)))
      << ", \"n\": " << f.key.n << ", \"k\": " << f.key.k << "},\n\"probe\": {\"caller\": " << q(f.caller)
-     << ", \"seconds\": " << f.seconds << "},\n\"measured\": [";
+     << ", \"seconds\": " << f.seconds;
+  if (!f.due.empty()) {
+    os << ", \"due\": [";
+    for (size_t i = 0; i < f.due.size(); ++i) os << (i ? ", " : "") << f.due[i];
+    os << "]";
+  }
+  os << "},\n\"measured\": [";
   for (size_t i = 0; i < f.measured.size(); ++i) {
     const Measured& m = f.measured[i];
     os << (i ? ",\n " : "\n ") << "[" << m.m << ", " << q(m.backend) << ", " << q(m.config) << ", " << m.us << "]";
@@ -120,6 +127,14 @@ File parse(const std::string& text, const std::string& source) {
   if (!secs.is_number() || !(secs.get<double>() >= 0) || !std::isfinite(secs.get<double>()))
     rd.fail("probe.seconds", "expected a number of seconds >= 0, got " + json_reader::describe(secs));
   f.seconds = secs.get<double>();
+  if (const auto it = probe.find("due"); it != probe.end()) {
+    const Json& due = rd.array(*it, "probe.due", 0);
+    for (size_t i = 0; i < due.size(); ++i) {
+      const int64_t m = rd.integer(due[i], element("probe.due", i), 1, kMaxDim);
+      if (!f.due.empty() && m <= f.due.back()) rd.fail(element("probe.due", i), "expected M in ascending order, each once");
+      f.due.push_back(m);
+    }
+  }
   const Json& ms = rd.array(rd.field(j, "measured", ""), "measured", 1);
   std::map<std::tuple<int64_t, std::string, std::string>, size_t> seen;
   std::map<std::string, std::vector<std::string>> configs;  // per backend named

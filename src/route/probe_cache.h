@@ -29,8 +29,9 @@ struct File {
   TableStamp machine;  // where it was probed; `date` is the day of the probe
   Key key;
   std::string caller;  // AutoProbeRecord::caller
-  double seconds = 0;  // what the probe took
+  double seconds = 0;  // what the probes took
   std::vector<Measured> measured;
+  std::vector<int64_t> due;  // M of the probe grid not yet timed (a call-bounded probe), ascending
   bool operator==(const File&) const = default;
 };
 
@@ -49,7 +50,7 @@ std::string path_of(const std::string& dir, const TableStamp& machine, const Key
 std::string text_of(const File& f);
 // Throws Error(io_error) naming `source`, the JSON path and the rule, for anything that is not a
 // whole file of this format: times positive and finite, M in [1, 2^31), backends and configs of this
-// build, no (m, backend, config) twice, at least one measurement.
+// build, no (m, backend, config) twice, at least one measurement, due M ascending (optional).
 File parse(const std::string& text, const std::string& source);
 
 // Writes f to `path` (folders made as needed) through a temporary file in the same folder and a

@@ -1,5 +1,6 @@
 // Routing diagnostics on stderr (route_log.h).
 
+#include "core/env.h"
 #include "route/route_log.h"
 
 #include <cctype>
@@ -47,8 +48,8 @@ std::string decision_line(std::string_view caller, const GemmProblem& p, const R
 
 bool enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("FP8ROUTE_LOG");
-    return v && *v && std::string(v) != "0";
+    const auto v = env::get("FP8ROUTE_LOG");
+    return v && *v != "0";
   }();
   return on;
 }
@@ -78,5 +79,7 @@ void decided(std::string_view caller, const Router& router, const GemmProblem& p
 void note(const std::string& line) {
   if (enabled()) print_once(line);
 }
+
+void always(const std::string& line) { print_once(line); }
 
 }  // namespace fp8route::route_log

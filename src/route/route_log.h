@@ -37,5 +37,8 @@ void decided(std::string_view caller, const Router& router, const GemmProblem& p
 // (automatic probing: what was probed or read from the cache, how long it took, a cache file
 // ignored). Thread-safe.
 void note(const std::string& line);
+// `line` on stderr whether or not FP8ROUTE_LOG is set, once per process for each distinct text: what
+// a user must hear of (a call that blocks to probe, a candidate quarantined). Thread-safe.
+void always(const std::string& line);
 
 }  // namespace fp8route::route_log
