@@ -1,3 +1,4 @@
+#include "core/env.h"
 #include "fp8route/device.h"
 
 #include <cublasLt.h>
@@ -81,8 +82,8 @@ const DeviceInfo& device_info(int device) {
 namespace {
 std::atomic<bool>& pdl_flag() {
   static std::atomic<bool> flag{[] {
-    const char* v = std::getenv("FP8ROUTE_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
+    const auto v = env::get("FP8ROUTE_PDL");
+    return !(v && *v == "0");
   }()};
   return flag;
 }

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/env.h"
 #include "core/json_reader.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
@@ -167,8 +168,8 @@ std::vector<std::string> data_file_candidates(const std::string& relative) {
     const std::string s = p.lexically_normal().string();
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
   };
-  if (const char* data = std::getenv("FP8ROUTE_DATA_DIR"); data && *data) add(std::filesystem::path(data) / relative);
-  if (const char* src = std::getenv("FP8ROUTE_SOURCE_DIR"); src && *src) add(std::filesystem::path(src) / relative);
+  if (const auto data = env::get("FP8ROUTE_DATA_DIR")) add(std::filesystem::path(*data) / relative);
+  if (const auto src = env::get("FP8ROUTE_SOURCE_DIR")) add(std::filesystem::path(*src) / relative);
   std::vector<std::filesystem::path> dirs;
   std::error_code ec;
   Dl_info info{};
@@ -206,7 +207,7 @@ std::string data_file_not_found(const std::string& relative) {
 }
 
 std::string default_table_path() {
-  if (const char* t = std::getenv("FP8ROUTE_TABLE"); t && *t) return t;
+  if (const auto t = env::get("FP8ROUTE_TABLE")) return *t;
   return find_data_file("routes/h200.json");
 }
 

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/env.h"
 #include "common/args.h"
 #include "common/exit_codes.h"
 #include "common/records.h"
@@ -128,15 +129,15 @@ std::vector<std::string> configs_for(const std::string& backend, const GemmProbl
 }
 
 std::string python_for_plot() {
-  if (const char* env = std::getenv("FP8ROUTE_PYTHON")) return env;
-  const char* src = std::getenv("FP8ROUTE_SOURCE_DIR");
-  const std::string venv = std::string(src ? src : FP8ROUTE_SOURCE_DIR) + "/build/venv/bin/python";
+  if (const auto python = env::get("FP8ROUTE_PYTHON")) return *python;
+  const auto src = env::get("FP8ROUTE_SOURCE_DIR");
+  const std::string venv = src.value_or(FP8ROUTE_SOURCE_DIR) + "/build/venv/bin/python";
   return std::filesystem::exists(venv) ? venv : "python3";
 }
 
 int plot(const std::string& json_path, const std::string& png) {
-  const char* src = std::getenv("FP8ROUTE_SOURCE_DIR");
-  const std::string script = std::string(src ? src : FP8ROUTE_SOURCE_DIR) + "/bench/plot_bench.py";
+  const auto src = env::get("FP8ROUTE_SOURCE_DIR");
+  const std::string script = src.value_or(FP8ROUTE_SOURCE_DIR) + "/bench/plot_bench.py";
   const std::string cmd = "'" + python_for_plot() + "' '" + script + "' '" + json_path + "' -o '" + png + "'";
   std::printf("plotting: %s\n", cmd.c_str());
   std::fflush(stdout);
