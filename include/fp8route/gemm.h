@@ -153,7 +153,7 @@ struct GemmChoice {
   std::string why;  // the rule that chose it
 };
 // The default choice (until measured routing replaces it): the first supported of a short list per
-// scale kind and M range, measured on the H200 (docs/design.md, the heuristic); see gemm_select.cpp.
+// scale kind and M range, measured on the H200 (docs/design.md, the heuristic); see src/route/heuristic.cpp.
 GemmChoice gemm_select(const GemmProblem& p);
 
 }  // namespace fp8route

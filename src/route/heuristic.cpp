@@ -11,6 +11,7 @@
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "gemm/backend.h"
+#include "route/heuristic.h"
 
 namespace fp8route {
 
@@ -76,7 +77,7 @@ GemmChoice gemm_select(const GemmProblem& p) {
   FP8ROUTE_FAIL(ErrorCategory::unsupported, "no backend can run " << to_string(p) << ": " << skipped);
 }
 
-namespace gemm {
+namespace heuristic {
 
 std::string slow_fallback_note(const GemmProblem& p) {
   std::string s =
@@ -94,6 +95,6 @@ std::string slow_fallback_note(const GemmProblem& p) {
   return s;
 }
 
-}  // namespace gemm
+}  // namespace heuristic
 
 }  // namespace fp8route

@@ -15,6 +15,7 @@
 #include "fp8route/error.h"
 #include "fp8route/route.h"
 #include "gemm/backend.h"
+#include "route/heuristic.h"
 #include "route/autoprobe.h"
 
 namespace fp8route {
@@ -499,7 +500,7 @@ std::string Router::explain(const GemmProblem& p) const {
   }
   // The reference kernel is correct for everything and tens of times slower: say so, and what the
   // caller can change.
-  if (is_slow_fallback(r.backend)) os << gemm::slow_fallback_note(p) << "\n";
+  if (is_slow_fallback(r.backend)) os << heuristic::slow_fallback_note(p) << "\n";
   // A shape (or an M) routed from other shapes: what a load-time probe would time on this GPU.
   if (r.source == Route::Source::nearest) {
     const auto probed = probe_candidates(p, ProbeOptions{}.top);
