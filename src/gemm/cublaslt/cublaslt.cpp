@@ -207,7 +207,9 @@ struct State {
   std::mutex mu;  // guards the two maps
   std::map<int, cublasLtHandle_t> handles;
   std::map<Key, std::unique_ptr<Plan>> plans;
-  Workspaces workspaces{"cuBLASLt workspace"};  // thread-safe on its own
+  // Zeroed when made, as a fresh cudaMalloc hands out in a new process: memory recycled from
+  // earlier work is not left for an algorithm to find. Thread-safe on its own.
+  Workspaces workspaces{"cuBLASLt workspace", /*zero_new=*/true};
 };
 
 // Never destroyed: releasing cuBLAS and CUDA objects from a static destructor races the CUDA

@@ -137,7 +137,7 @@ class CutlassSm90Backend final : public GemmBackend {
  private:
   // The stream-K workspace (partial tiles and their flags; CUTLASS zeroes the flags at each launch),
   // one per (device, stream), or per graph under capture (core/workspace.h).
-  mutable Workspaces workspaces_;
+  mutable Workspaces workspaces_{"stream-K workspace", /*zero_new=*/true};  // zeroed when made, as cuBLASLt's
 };
 
 }  // namespace

@@ -16,12 +16,12 @@
 // its shared memory and, after a cluster barrier, each block finishes a share of the outputs by
 // reading the peers' sums through distributed shared memory in split order (deterministic).
 //
-// Programmatic dependent launch: the weight, its scales and the bias do not depend on the
-// previous kernel in the stream, the activations and their scales do. With `prefetch_weight` the
-// producer issues the first kStages weight tiles before griddepcontrol.wait, so the weight
-// stream starts while the previous kernel finishes; the caller promises that the weight was not
-// written by that kernel (LinearPlan's weights are written at load time). Without it, every
-// thread waits first. Each block signals its dependents once its last load is issued.
+// Programmatic dependent launch: with `prefetch_weight` the producer issues the first kStages
+// weight tiles, and the consumers read the weight scales and bias, before griddepcontrol.wait, so
+// the weight stream starts while the previous kernel finishes; the caller promises that none of
+// them was written by that kernel (LinearPlan's weights are written at load time). Without it,
+// every read of every input comes after the wait. Each block signals its dependents once its last
+// load is issued.
 
 #include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
@@ -180,25 +180,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int tile0 = warp * RT * 16;  // this warp's first row in the block
     // The epilogue's scales and bias, loaded now so that their latency hides behind the stream.
     float e_sb[RT][2], e_bias[RT][2], e_sa[NT][2];
-    if (p.splits == 1) {
+    // sb and bias, and with block scales sb of this block's 128-row blocks over its K range: before
+    // the wait when the weight side is not written by the previous kernel (prefetch_weight), else
+    // after it, as any input of the call.
+    const auto load_weight_side = [&] {
+      if (p.splits == 1) {
 #pragma unroll
-      for (int r = 0; r < RT; ++r)
+        for (int r = 0; r < RT; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int n = min(row0 + tile0 + 16 * r + g + 8 * h, p.n - 1);
-          e_sb[r][h] = weight_side<OutT>(p, n, e_bias[r][h]);
-        }
-    }
+          for (int h = 0; h < 2; ++h) {
+            const int n = min(row0 + tile0 + 16 * r + g + 8 * h, p.n - 1);
+            e_sb[r][h] = weight_side<OutT>(p, n, e_bias[r][h]);
+          }
+      }
+      if (block_scales) {
+        const int nb0 = row0 / 128, nbs = min((T::kRows + 127) / 128, (p.n + 127) / 128 - nb0);
+        for (int i = tid; i < nbs * nk; i += kConsumerWarps * 32)
+          sb_s[i] = __ldg(p.sb + int64_t(nb0 + i / nk) * p.sb_ld + kb0 + i % nk);
+      }
+    };
+    if (p.prefetch_weight) load_weight_side();
+    griddep_wait();
+    if (!p.prefetch_weight) load_weight_side();
     if (block_scales) {
-      // sb of this block's 128-row blocks over its K range (weights: before the wait), then sa.
-      const int nb0 = row0 / 128, nbs = min((T::kRows + 127) / 128, (p.n + 127) / 128 - nb0);
-      for (int i = tid; i < nbs * nk; i += kConsumerWarps * 32)
-        sb_s[i] = __ldg(p.sb + int64_t(nb0 + i / nk) * p.sb_ld + kb0 + i % nk);
-      griddep_wait();
       for (int i = tid; i < nk * p.sa_ld; i += kConsumerWarps * 32) sa_s[i] = p.sa[int64_t(kb0) * p.sa_ld + i];
       asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));
-    } else {
-      griddep_wait();
     }
     if (p.splits == 1) {
 #pragma unroll
