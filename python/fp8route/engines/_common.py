@@ -117,8 +117,8 @@ def group_quant(x, group_size, code_name, column_major, tma_aligned, scale_mode,
     fn = ops.silu_and_mul_per_token_group_quant if fused else ops.per_token_group_quant
     q, s = fn(x, out=out, **kw)
     if layout != "row_major":
-        return q, s.t()[:tokens]
-    if len(lead) != 1:
+        s = s.t()[:tokens]
+    elif len(lead) != 1:
         q, s = q.view(*lead, hidden), s.view(*lead, s.shape[-1])
     return (out_q if out_q is not None else q), s
 
