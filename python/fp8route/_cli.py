@@ -2,10 +2,17 @@
 (fp8route/bin/fp8route) with the arguments given; its exit status is the command's.
 
 The tool finds the routing table and the model catalog the wheel ships (fp8route/routes,
-fp8route/shapes) through FP8ROUTE_DATA_DIR, set to the package unless already set.
+fp8route/shapes) through FP8ROUTE_DATA_DIR, set to the package unless already set, and cuBLASLt
+through LD_LIBRARY_PATH, with the folder _cuda_libs.find_dir() finds (the NVIDIA wheels, torch,
+$CUDA_HOME) put first; where none of them has it the system loader looks as usual.
 """
 import os
 import sys
+
+try:
+    from . import _cuda_libs
+except ImportError:  # run as a file (python .../fp8route/_cli.py): its folder is sys.path[0]
+    import _cuda_libs
 
 
 def main():
@@ -20,6 +27,9 @@ def main():
     env = dict(os.environ)
     if not env.get("FP8ROUTE_DATA_DIR"):
         env["FP8ROUTE_DATA_DIR"] = here
+    cublas = _cuda_libs.find_dir(environ=env)
+    if cublas:
+        env["LD_LIBRARY_PATH"] = _cuda_libs.library_path_with(cublas, env)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

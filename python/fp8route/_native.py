@@ -5,6 +5,8 @@ from collections.abc import Mapping
 
 import tvm_ffi
 
+from . import _cuda_libs
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -26,7 +28,11 @@ def _find():
         "scripts/build.sh builds build/release/python/fp8route/_fp8route_ffi.so; FP8ROUTE_FFI_LIB names one)")
 
 
-lib = tvm_ffi.load_module(_find())
+_path = _find()
+# cuBLASLt first, from wherever pip or the toolkit put it: the module names it only by soname
+# (_cuda_libs.py); an ImportError here names the library and the fix.
+_cuda_libs.load()
+lib = tvm_ffi.load_module(_path)
 
 
 @tvm_ffi.register_object("fp8route.LinearPlan")

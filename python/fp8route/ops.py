@@ -37,6 +37,26 @@ def _into(out, results):
 
 
 _CODE_DTYPES = {"e4m3": "float8_e4m3fn", "i8": "int8"}
+# Every spelling of a quant function's dtype -> "e4m3" or "i8": fp8route's names, the C++ parser's
+# ("fp8", "float8_e4m3fn"), torch's names and torch dtypes.
+_CODES = {"e4m3": "e4m3", "fp8": "e4m3", "float8_e4m3fn": "e4m3", "i8": "i8", "int8": "i8"}
+if torch is not None:
+    _CODES.update({torch.float8_e4m3fn: "e4m3", torch.int8: "i8"})
+
+
+def _code(dtype):
+    """A quant function's dtype as "e4m3" or "i8" (each public function tests the default, "e4m3",
+    inline first); ValueError naming dtype otherwise."""
+    try:
+        code = _CODES.get(dtype)
+    except TypeError:  # unhashable
+        code = None
+    if code is None:
+        raise ValueError(f"dtype: \"e4m3\" (also \"fp8\", \"float8_e4m3fn\", torch.float8_e4m3fn) or \"i8\" "
+                         f"(\"int8\", torch.int8), got {dtype!r}")
+    return code
+
+
 _OUT_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "half": "f16"}
 if torch is not None:
     _TORCH_OUT = {"bf16": torch.bfloat16, "f16": torch.float16}
@@ -114,6 +134,8 @@ def quant_layout(tokens, hidden, group_size=128, dtype="e4m3", rounding="none", 
     """Shapes of the codes and scales of quantizing x [T, H] (or [E, T, H] with experts=E):
     {"q": [...], "s": [...], "s_dtype": "f32" | "i32"} (the one layout function of the C++ library;
     a pure function of its arguments, so answers are cached)."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     q, s, s_dtype = _layout(tokens, hidden, group_size, dtype, rounding, storage, layout, experts)
     return {"q": list(q), "s": list(s), "s_dtype": s_dtype}
 
@@ -165,6 +187,8 @@ def _group_quant(x, group_size, dtype, rounding, storage, layout, out, fused):
 def per_token_group_quant(x, group_size=128, dtype="e4m3", rounding="none", storage="f32", layout="row_major",
                           out=None):
     """x [T, H] -> (q [T, H], s): one scale per group of `group_size` along H (see quant_layout)."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
@@ -176,6 +200,8 @@ def per_token_group_quant(x, group_size=128, dtype="e4m3", rounding="none", stor
 def silu_and_mul_per_token_group_quant(x, group_size=128, dtype="e4m3", rounding="none", storage="f32",
                                        layout="row_major", out=None):
     """x [T, 2H] -> silu(x[:, :H]) * x[:, H:] quantized per group: (q [T, H], s)."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, 2H]")
     if _compiling():
@@ -196,6 +222,8 @@ def masked_per_token_group_quant(x, masked_m, group_size=128, dtype="e4m3", roun
                                  layout="row_major", out=None, fused=False):
     """x [E, T_pad, H] (fused: [E, T_pad, 2H]), masked_m int32 [E]: rows t >= masked_m[e] are neither
     read nor written. Returns (q [E, T_pad, H], s)."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 3:
         _check_ndim(x, 3, "x", "[E, T_pad, H]")
     if _compiling():
@@ -220,6 +248,8 @@ def scatter_per_token_group_quant(x, src2dst, rows, group_size=128, dtype="e4m3"
     """x [T, H], src2dst int32 [T, topk] (-1 = skip): each token quantized once and written to its
     destination rows of q [rows, H] and s (layout of rows x H). Allocated outputs start zeroed
     (rows no token maps to are not written)."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
@@ -249,6 +279,8 @@ def _token_quant(x, dtype, rounding, out, fused):
 
 def per_token_quant(x, dtype="e4m3", rounding="none", out=None):
     """x [T, H] -> (q [T, H], s f32 [T]): one scale per row."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
@@ -259,6 +291,8 @@ def per_token_quant(x, dtype="e4m3", rounding="none", out=None):
 def silu_and_mul_per_token_quant(x, dtype="e4m3", rounding="none", out=None):
     """x [T, 2H] -> act = silu(x[:, :H]) * x[:, H:] in fp32 -> (q [T, H], s f32 [T]), one scale per row
     (the input of a down projection with per-token scales, in one kernel)."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, 2H]")
     if _compiling():
@@ -278,6 +312,8 @@ def _tensor_quant(x, scale, dtype, out):
 def per_tensor_quant(x, scale=None, dtype="e4m3", out=None):
     """Static (scale given, f32 [1] on the device): q = encode(x / scale). Dynamic (scale=None): one
     pass for the amax, then the codes; returns (q, scale f32 [1])."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     if _compiling():
         if scale is None:
             q, scale = torch.ops.fp8route.per_tensor_quant(x, dtype)
@@ -346,6 +382,8 @@ def rms_norm_per_token_group_quant(x, weight, eps=1e-6, residual=None, residual_
                                    dtype="e4m3", rounding="none", storage="f32", layout="row_major", out=None):
     """rms_norm (as rms_norm()) fused with per_token_group_quant of its output: (q, s), or (q, s, h)
     with a residual. Codes and scales equal rms_norm() then per_token_group_quant(), bit for bit."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
@@ -366,6 +404,8 @@ def _rms_norm_token_quant(x, weight, eps, residual, residual_out, dtype, roundin
 def rms_norm_per_token_quant(x, weight, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", rounding="none",
                              out=None):
     """rms_norm fused with per_token_quant: (q [T, H], s f32 [T]), or (q, s, h) with a residual."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
@@ -383,6 +423,8 @@ def _rms_norm_tensor_quant(x, weight, scale, eps, residual, residual_out, dtype,
 def rms_norm_per_tensor_quant(x, weight, scale, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", out=None):
     """rms_norm fused with per-tensor quant by a static scale (f32 [1] on the device): q, or (q, h)
     with a residual. (A dynamic scale needs the whole tensor first: rms_norm() then per_tensor_quant().)"""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():

@@ -36,9 +36,10 @@ def test_data_dir_comes_first(tmp_path):
 
 
 def wheel_layout(pkg, with_tool=True):
-    """A package laid out as the wheel's: fp8route/_cli.py, bin/fp8route, routes/h200.json."""
+    """A package laid out as the wheel's: fp8route/_cli.py (with _cuda_libs.py), bin/fp8route, routes/h200.json."""
     os.makedirs(pkg, exist_ok=True)
-    shutil.copy2(os.path.join(ROOT, "python", "fp8route", "_cli.py"), os.path.join(pkg, "_cli.py"))
+    for name in ("_cli.py", "_cuda_libs.py"):
+        shutil.copy2(os.path.join(ROOT, "python", "fp8route", name), os.path.join(pkg, name))
     if with_tool:
         staged_copy(os.path.join(pkg, "bin"))
     small_table(os.path.join(pkg, "routes", "h200.json"), "packaged table")
