@@ -98,10 +98,21 @@ inline MoeCase make_moe_case(const MoeSpec& s, std::mt19937_64& rng) {
     if (s.small_integers) return std::ldexp(1.0f, pow2e(rng));
     return std::ldexp(std::uniform_real_distribution<float>(1.0f, 4.0f)(rng), -8);
   };
-  c.a.resize(static_cast<size_t>(c.a_rows() * K));
-  for (uint8_t& v : c.a) v = code();
-  c.b.resize(static_cast<size_t>(E * N * K));
-  for (uint8_t& v : c.b) v = code();
+  // Operands of real layer sizes (a weight of hundreds of MB) are filled with random finite codes,
+  // eight per draw: the tests that use them compare bits against the dense kernel, any data does.
+  auto fill = [&](std::vector<uint8_t>& v, int64_t n) {
+    v.resize(static_cast<size_t>(n));
+    if (s.small_integers || n < (int64_t{1} << 24)) {
+      for (uint8_t& x : v) x = code();
+      return;
+    }
+    for (int64_t i = 0; i < n; i += 8) {
+      uint64_t r = rng();
+      for (int64_t j = i; j < std::min(n, i + 8); ++j, r >>= 8) v[j] = (r & 0x7F) == 0x7F ? 0 : uint8_t(r);
+    }
+  };
+  fill(c.a, c.a_rows() * K);
+  fill(c.b, E * N * K);
 
   // Device counts.
   if (!s.groups.empty()) {
