@@ -130,7 +130,7 @@ __device__ __forceinline__ int grouped_find_expert(const int* prefix, int expert
 // ---- the kernel ---------------------------------------------------------------------------------
 
 template <class OutT>
-__global__ void __launch_bounds__(kGroupedThreads) grouped_simt_kernel(GroupedSimtParams p) {
+__global__ void __launch_bounds__(kGroupedThreads, 2) grouped_simt_kernel(GroupedSimtParams p) {
   extern __shared__ int prefix[];  // [E + 1]
   __shared__ float as[kGroupedKStep][kGroupedTile + 1];
   __shared__ float bs[kGroupedKStep][kGroupedTile + 1];
