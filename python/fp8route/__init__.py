@@ -32,6 +32,7 @@ from .ops import (
     autoprobe_info,
     warmup,
 )
+from .moe import grouped_scaled_mm
 
 __version__ = str(_lib.version())
 
@@ -52,7 +53,7 @@ __all__ = [
     "silu_and_mul_per_token_group_quant", "silu_and_mul_per_token_quant", "masked_per_token_group_quant",
     "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "per_token_quant",
     "per_tensor_quant", "rms_norm", "rms_norm_per_token_group_quant", "rms_norm_per_token_quant",
-    "rms_norm_per_tensor_quant", "decode_attention", "scaled_mm", "LinearPlan", "__version__",
+    "rms_norm_per_tensor_quant", "decode_attention", "scaled_mm", "grouped_scaled_mm", "LinearPlan", "__version__",
 ]
 
 try:  # torch is optional: the ops above work on any DLPack tensor given out= buffers.
@@ -62,4 +63,6 @@ except ImportError:
 else:
     from . import torch_ops  # noqa: F401  (registers fp8route:: ops with torch.library)
     from .linear import Fp8Linear  # noqa: F401
+    from .moe import Fp8MoE  # noqa: F401
     __all__.append("Fp8Linear")
+    __all__.append("Fp8MoE")

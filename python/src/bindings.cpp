@@ -36,6 +36,7 @@
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/linear.h"
+#include "fp8route/moe.h"
 #include "fp8route/norm.h"
 #include "fp8route/quant.h"
 #include "fp8route/quant_layout.h"
@@ -341,6 +342,27 @@ void scaled_mm_bias(FfiTensor a, FfiTensor b, FfiTensor scale_a, FfiTensor scale
     fp8route::ScaledMmArgs args = mm_args(a, b, scale_a, scale_b, out, scale, accum);
     args.bias = view(bias, "bias");
     fp8route::scaled_mm(args, stream_of(a));
+  });
+}
+
+// Grouped GEMM (moe.h): `groups` is offsets (form "contiguous") or masked_m ("masked"); backend "" is
+// the default.
+void grouped_scaled_mm(FfiTensor a, FfiTensor b, FfiTensor scale_a, FfiTensor scale_b, FfiTensor groups,
+                       FfiTensor out, String form, String scale, String scale_a_layout, String backend) {
+  guarded([&] {
+    const DeviceGuard device(a);
+    fp8route::GroupedMmArgs g;
+    g.form = fp8route::parse_grouped_form(std::string(form));
+    g.a = view(a, "a");
+    g.b = view(b, "b");
+    g.scale_a = view(scale_a, "scale_a");
+    g.scale_b = view(scale_b, "scale_b");
+    const bool masked = g.form == fp8route::GroupedForm::masked;
+    (masked ? g.masked_m : g.offsets) = view(groups, masked ? "masked_m" : "offsets");
+    g.out = view(out, "out");
+    g.scale = fp8route::parse_scale_kind(std::string(scale));
+    g.scale_a_layout = fp8route::parse_layout(std::string(scale_a_layout));
+    fp8route::grouped_scaled_mm(g, std::string(backend), stream_of(a));
   });
 }
 
@@ -653,6 +675,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(rms_norm, rms_norm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_attention, decode_attention);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm, scaled_mm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm_bias, scaled_mm_bias);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_scaled_mm, grouped_scaled_mm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(explain, explain);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(load_table, load_table);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(table_info, table_info);

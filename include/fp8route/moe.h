@@ -1,0 +1,101 @@
+#pragma once
+// Grouped scaled FP8 GEMM for mixture-of-experts layers (docs/moe.md):
+//   out[r, n] = (sum_k a[r, k] * b[e, n, k]) * sa * sb[e]   for every row r of expert e's group,
+// b = E4M3 [E, N, K] (each expert's nn.Linear weight), fp32 accumulation, out bf16 or f16, no bias.
+//
+// | form       | a               | groups (device int32)                      | out             |
+// | contiguous | [M_total, K]    | offsets [E + 1] (start of 0, end of each)  | [M_total, N]    |
+// |            |                 | or [E] (ends only: torch's `offs`)         |                 |
+// | masked     | [E, M_max, K]   | masked_m [E]: rows [0, masked_m[e]) of e   | [E, M_max, N]   |
+//
+// No alignment of a group's rows is required. Rows of no group (before offsets[0], from the last
+// end on, and masked rows past masked_m[e]) are neither read nor written. Device counts are never
+// read by the host: masked_m[e] is clamped to [0, M_max] and offsets to [0, M_total] (start <= end),
+// so no value reads or writes out of bounds; offsets must be non-decreasing (overlapping groups give
+// unspecified values in the overlap, never an access out of bounds).
+//
+// | scale kind | scale_a                                        | scale_b                             |
+// | tensor     | f32, one element or [E]                         | f32 [E] (or [E, 1])                 |
+// | row        | f32 [M_total] / [E, M_max] per token (or ,1)    | f32 [E, N] per channel (or [E,N,1]) |
+// | block      | 1x128 groups: the `s` of group quant (below)    | f32 [E, ceil(N/128), ceil(K/128)]   |
+//
+// Block scale_a is what per_token_group_quant / scatter_per_token_group_quant (contiguous:
+// quant_layout({128, ..}, M_total, K)) and masked_per_token_group_quant (masked:
+// quant_layout({128, ..}, M_max, K, E)) write, in the layout named by scale_a_layout; f32 storage,
+// or int32 for packed UE8M0 (byte e = 2^(e - 127)). Block scales need K % 128 == 0.
+//
+// a, b, scale_b, out and the group counts are contiguous; out shares no byte with an input. Every
+// argument is checked before anything is enqueued and a bad one throws Error(invalid_argument)
+// naming it (nothing is written). M_total = 0, M_max = 0, E = 0 or N = 0 enqueue nothing. Work is
+// enqueued on `stream`, nothing synchronizes, and the launch does not depend on the device counts:
+// it can be captured in a CUDA graph and replayed for any routing.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp8route/dtype.h"
+#include "fp8route/quant_layout.h"
+#include "fp8route/scale_kind.h"
+#include "fp8route/tensor.h"
+
+namespace fp8route {
+
+enum class GroupedForm : uint8_t { contiguous, masked };
+std::string_view name(GroupedForm f);             // "contiguous", "masked"
+GroupedForm parse_grouped_form(std::string_view s);  // throws Error(invalid_argument) naming `form`
+
+// The one description of a grouped GEMM: error context, backend choice, benchmark rows. rows is
+// M_total (contiguous) or M_max (masked); the device counts are not part of it.
+struct GroupedProblem {
+  GroupedForm form = GroupedForm::contiguous;
+  int64_t experts = 0, rows = 0, n = 0, k = 0;
+  ScaleKind scale = ScaleKind::tensor;
+  DType out = DType::bf16;
+  // tensor: scale_a is [E] (false: one element). row: scale_a per token (always true). block: true.
+  bool sa_per_expert = false;
+  // block: the layout and storage of scale_a (group quant's); unused otherwise.
+  ScaleLayout sa_layout = ScaleLayout::col_major_tma;
+  ScaleStorage sa_storage = ScaleStorage::f32;
+  // contiguous: offsets has E + 1 entries (false: E ends).
+  bool offsets_with_start = true;
+
+  bool operator==(const GroupedProblem&) const = default;
+};
+
+// "masked block bf16 e=32 rows=64 n=4096 k=7168 sa=col_major_tma.ue8m0_packed"
+std::string to_string(const GroupedProblem& p);
+
+struct GroupedMmArgs {
+  GroupedForm form = GroupedForm::contiguous;
+  TensorView a;         // e4m3 [M_total, K] | [E, M_max, K]
+  TensorView b;         // e4m3 [E, N, K]
+  TensorView scale_a;   // see the table above
+  TensorView scale_b;
+  TensorView offsets;   // contiguous: i32 [E + 1] or [E]
+  TensorView masked_m;  // masked: i32 [E]
+  TensorView out;       // bf16 or f16 [M_total, N] | [E, M_max, N]
+  ScaleKind scale = ScaleKind::block;
+  ScaleLayout scale_a_layout = ScaleLayout::col_major_tma;  // block only
+};
+
+// Checks every argument (throws Error(invalid_argument) naming it) and describes the problem.
+GroupedProblem check_grouped_scaled_mm(const GroupedMmArgs& args);
+
+// The grouped GEMM on the default backend for the problem.
+void grouped_scaled_mm(const GroupedMmArgs& args, cudaStream_t stream);
+
+// The same on a named backend ("" = the default); throws Error(unsupported) with the backend's reason
+// when it cannot run the problem, Error(invalid_argument) for an unknown name.
+void grouped_scaled_mm(const GroupedMmArgs& args, std::string_view backend, cudaStream_t stream);
+
+// Grouped backends in this build: "simt" (portable CUDA-core kernel, every valid problem, each
+// expert bit-identical to scaled_mm's "reference" backend on its rows).
+std::vector<std::string> grouped_backends();
+// Why `backend` cannot run `p` on the current device, or "" when it can.
+std::string grouped_supports(std::string_view backend, const GroupedProblem& p);
+
+}  // namespace fp8route

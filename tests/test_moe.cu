@@ -1,0 +1,378 @@
+// The grouped GEMM on the GPU against independent references (docs/moe.md, Arithmetic):
+// - exact equality with the CPU reference on small-integer data, every form, scale kind, scale_a
+//   layout and storage, both output dtypes;
+// - random data: within the GEMM tolerance of the CPU fp64 reference, and each expert bit-identical
+//   to the dense reference backend (scaled_mm "reference") run on that expert's rows alone;
+// - routings engines produce: empty experts, every row on one expert, masked_m = 0, masked_m above
+//   M_max and negative (clamped), rows of no group (never written: poison stays), offsets as ends;
+// - real expert shapes (DeepSeek-V3 under EP 8, Qwen3-30B-A3B) at decode sizes, against the dense
+//   reference backend;
+// - one CUDA graph replayed for several routings, and run-to-run determinism.
+// Fresh random data each run (the seed is printed; FP8ROUTE_TEST_SEED repeats one).
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fp8route/buffer.h"
+#include "fp8route/device.h"
+#include "fp8route/gemm.h"
+#include "fp8route/moe.h"
+#include "fp8route/reference.h"
+#include "gpu_util.h"
+#include "moe_util.h"
+#include "reference/moe.h"
+
+namespace fp8route {
+namespace {
+
+using test::download;
+using test::make_moe_case;
+using test::MoeCase;
+using test::MoeSpec;
+using test::upload;
+
+uint64_t seed() {
+  static const uint64_t s = [] {
+    const char* env = std::getenv("FP8ROUTE_TEST_SEED");
+    const uint64_t v = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+    std::printf("test_moe seed: FP8ROUTE_TEST_SEED=%llu\n", static_cast<unsigned long long>(v));
+    return v;
+  }();
+  return s;
+}
+
+#define SKIP_WITHOUT_SM90()                                                                        \
+  do {                                                                                             \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU: " << cuda_unavailable_reason();         \
+    if (!device_info(-1).is_sm90()) GTEST_SKIP() << "needs an SM90 GPU, device is sm_" << device_info(-1).sm_version(); \
+  } while (0)
+
+// A case's operands on the device, and its output poisoned with 0xFF bytes (NaN in bf16 and f16).
+struct DeviceCase {
+  DeviceBuffer a, b, groups, sa, sb, out;
+  GroupedMmArgs args;
+};
+
+DeviceCase to_device(const MoeCase& c) {
+  const MoeSpec& s = c.spec;
+  DeviceCase d;
+  d.a = upload(c.a);
+  d.b = upload(c.b);
+  d.groups = upload(c.groups);
+  d.sa = s.packed ? upload(c.sa_packed) : upload(c.sa_f32);
+  d.sb = upload(c.sb);
+  const int64_t out_elems = c.a_rows() * s.n;
+  d.out = DeviceBuffer(std::max<int64_t>(out_elems * 2, 16));
+  test::poison(d.out, 0xFF);
+  GroupedMmArgs& g = d.args;
+  g.form = s.form;
+  g.scale = s.scale;
+  g.scale_a_layout = s.layout;
+  const bool masked = c.masked();
+  const int64_t E = s.experts;
+  g.a = masked ? TensorView::contiguous(d.a.data(), DType::e4m3, {E, s.rows, s.k})
+               : TensorView::contiguous(d.a.data(), DType::e4m3, {s.rows, s.k});
+  g.b = TensorView::contiguous(d.b.data(), DType::e4m3, {E, s.n, s.k});
+  g.out = masked ? TensorView::contiguous(d.out.data(), s.out, {E, s.rows, s.n})
+                 : TensorView::contiguous(d.out.data(), s.out, {s.rows, s.n});
+  const int64_t ng = static_cast<int64_t>(c.groups.size());
+  (masked ? g.masked_m : g.offsets) = TensorView::contiguous(d.groups.data(), DType::i32, {ng});
+  switch (s.scale) {
+    case ScaleKind::tensor:
+      g.scale_a = TensorView::contiguous(d.sa.data(), DType::f32, {static_cast<int64_t>(c.sa_f32.size())});
+      g.scale_b = TensorView::contiguous(d.sb.data(), DType::f32, {E});
+      break;
+    case ScaleKind::row:
+      g.scale_a = masked ? TensorView::contiguous(d.sa.data(), DType::f32, {E, s.rows})
+                         : TensorView::contiguous(d.sa.data(), DType::f32, {s.rows});
+      g.scale_b = TensorView::contiguous(d.sb.data(), DType::f32, {E, s.n});
+      break;
+    case ScaleKind::block: {
+      const QuantLayout& L = c.sa_layout;
+      g.scale_a.data = d.sa.data();
+      g.scale_a.dtype = L.scale_dtype;
+      g.scale_a.ndim = L.scale_ndim;
+      for (int i = 0; i < L.scale_ndim; ++i) g.scale_a.shape[i] = L.scale_shape[i], g.scale_a.strides[i] = L.scale_strides[i];
+      if (masked) g.scale_a.shape[0] = E;
+      g.scale_b = TensorView::contiguous(d.sb.data(), DType::f32, {E, (s.n + 127) / 128, s.k / 128});
+      break;
+    }
+  }
+  return d;
+}
+
+std::vector<float> download_out(const MoeCase& c, const DeviceCase& d) {
+  const int64_t n = c.a_rows() * c.spec.n;
+  const std::vector<uint8_t> bytes = download(d.out.data(), static_cast<size_t>(n * 2));
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, &bytes[i * 2], 2);
+    v[i] = h == 0xFFFF ? NAN : c.spec.out == DType::bf16 ? ref::bf16_to_f32(h) : ref::f16_to_f32(h);
+  }
+  return v;
+}
+
+// Rows of a group against the reference: exactly, or within the GEMM tolerance normwise; rows of no
+// group must still hold the poison (NaN here), and group rows must hold no NaN.
+testing::AssertionResult matches(const std::vector<float>& got, const std::vector<float>& want, bool exact) {
+  double d2 = 0, r2 = 0;
+  int64_t unwritten = 0, written_outside = 0, mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      written_outside += !std::isnan(got[i]);
+      continue;
+    }
+    if (std::isnan(got[i])) {
+      ++unwritten;
+      continue;
+    }
+    mismatches += got[i] != want[i];
+    d2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    r2 += double(want[i]) * want[i];
+  }
+  const double rel = r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
+  if (unwritten || written_outside || (exact && mismatches) || rel > 1e-2)
+    return testing::AssertionFailure() << unwritten << " group elements not written, " << written_outside
+                                       << " elements of no group written, " << mismatches
+                                       << " differ from the reference, relative error " << rel;
+  return testing::AssertionSuccess();
+}
+
+void run_and_check(const MoeSpec& s, std::mt19937_64& rng) {
+  const MoeCase c = make_moe_case(s, rng);
+  DeviceCase d = to_device(c);
+  ASSERT_NO_THROW(grouped_scaled_mm(d.args, nullptr)) << test::to_string(s);
+  FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(matches(download_out(c, d), ref::grouped_scaled_mm(c.view()), s.small_integers))
+      << test::to_string(s) << " seed " << seed();
+}
+
+std::vector<MoeSpec> every_kind(bool small_integers) {
+  std::vector<MoeSpec> out;
+  for (GroupedForm form : {GroupedForm::contiguous, GroupedForm::masked})
+    for (DType dt : {DType::bf16, DType::f16}) {
+      MoeSpec s;
+      s.form = form, s.out = dt, s.small_integers = small_integers;
+      s.experts = 5, s.rows = 77, s.n = 200, s.k = 640;
+      for (bool per_expert : {false, true}) {
+        s.scale = ScaleKind::tensor, s.sa_per_expert = per_expert;
+        out.push_back(s);
+      }
+      s.scale = ScaleKind::row;
+      out.push_back(s);
+      s.scale = ScaleKind::block;
+      for (ScaleLayout l : {ScaleLayout::row_major, ScaleLayout::col_major, ScaleLayout::col_major_tma})
+        for (bool packed : {false, true}) {
+          s.layout = l, s.packed = packed;
+          out.push_back(s);
+        }
+      if (form == GroupedForm::contiguous) {
+        s.offsets_ends = true;
+        out.push_back(s);
+      }
+    }
+  return out;
+}
+
+TEST(MoeGpu, ExactOnSmallIntegers) {
+  SKIP_WITHOUT_SM90();
+  std::mt19937_64 rng(seed());
+  for (const MoeSpec& s : every_kind(true)) run_and_check(s, rng);
+}
+
+TEST(MoeGpu, RandomDataWithinTolerance) {
+  SKIP_WITHOUT_SM90();
+  std::mt19937_64 rng(seed() + 1);
+  for (const MoeSpec& s : every_kind(false)) run_and_check(s, rng);
+}
+
+TEST(MoeGpu, Routings) {
+  SKIP_WITHOUT_SM90();
+  std::mt19937_64 rng(seed() + 2);
+  MoeSpec s;
+  s.experts = 6, s.rows = 70, s.n = 136, s.k = 256, s.small_integers = true;
+  for (ScaleKind kind : {ScaleKind::row, ScaleKind::block}) {
+    s.scale = kind;
+    s.form = GroupedForm::contiguous;
+    for (std::vector<int32_t> g : std::vector<std::vector<int32_t>>{
+             {0, 70, 70, 70, 70, 70, 70},   // every row on expert 0
+             {0, 0, 0, 0, 0, 0, 70},        // every row on the last expert
+             {0, 0, 0, 0, 0, 0, 0},         // no rows at all
+             {3, 10, 10, 40, 41, 41, 60},   // rows 0-2 and 60-69 of no expert
+             {0, 1, 2, 3, 4, 5, 90},        // the last end past M_total: clamped
+         }) {
+      s.groups = g;
+      run_and_check(s, rng);
+    }
+    s.groups = {5, 5, 64, 64, 65, 70};  // torch's ends form
+    run_and_check(s, rng);
+    s.form = GroupedForm::masked;
+    for (std::vector<int32_t> g : std::vector<std::vector<int32_t>>{
+             {0, 0, 0, 0, 0, 0},         // masked_m = 0 everywhere
+             {70, 0, 1, 64, 65, 2},      // full, empty, one row, tile edges
+             {1000, -5, 71, 3, 0, 69},   // above M_max and negative: clamped
+         }) {
+      s.groups = g;
+      run_and_check(s, rng);
+    }
+  }
+}
+
+TEST(MoeGpu, EmptyProblemsLaunchNothing) {
+  SKIP_WITHOUT_SM90();
+  std::mt19937_64 rng(seed() + 3);
+  for (GroupedForm f : {GroupedForm::contiguous, GroupedForm::masked}) {
+    MoeSpec s;
+    s.form = f, s.experts = 3, s.rows = 0, s.n = 64, s.k = 128;
+    run_and_check(s, rng);
+  }
+}
+
+// Each expert's rows against the dense reference backend on those rows alone: bit for bit.
+void check_against_dense(const MoeCase& c, const DeviceCase& d) {
+  const MoeSpec& s = c.spec;
+  const bool masked = c.masked();
+  const std::vector<ref::GroupRows> rows = ref::grouped_rows(s.form, c.groups, s.experts, s.rows);
+  const std::vector<uint8_t> got = download(d.out.data(), static_cast<size_t>(c.a_rows() * s.n * 2));
+  const ref::GroupedProblemRef v = c.view();
+  const int64_t kb = s.k / 128, nb = (s.n + 127) / 128;
+  int64_t checked = 0;
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const int64_t m = rows[e].count;
+    if (m == 0) continue;
+    const int64_t row0 = (masked ? e * s.rows : 0) + rows[e].start;
+    ScaledMmArgs a;
+    a.scale = s.scale;
+    a.accum = Accum::precise;
+    a.a = TensorView::contiguous(static_cast<uint8_t*>(d.a.data()) + row0 * s.k, DType::e4m3, {m, s.k});
+    a.b = TensorView::contiguous(static_cast<uint8_t*>(d.b.data()) + e * s.n * s.k, DType::e4m3, {s.n, s.k});
+    DeviceBuffer out(static_cast<size_t>(m * s.n * 2)), sa_buf;
+    a.out = TensorView::contiguous(out.data(), s.out, {m, s.n});
+    float* sa = static_cast<float*>(d.sa.data());
+    float* sb = static_cast<float*>(d.sb.data());
+    switch (s.scale) {
+      case ScaleKind::tensor:
+        a.scale_a = TensorView::contiguous(sa + (c.sa_f32.size() == 1 ? 0 : e), DType::f32, {1});
+        a.scale_b = TensorView::contiguous(sb + e, DType::f32, {1});
+        break;
+      case ScaleKind::row:
+        a.scale_a = TensorView::contiguous(sa + row0, DType::f32, {m});
+        a.scale_b = TensorView::contiguous(sb + e * s.n, DType::f32, {s.n});
+        break;
+      case ScaleKind::block: {
+        // The expert's activation scales decoded into the dense physical form [kb, align(m, 4)].
+        const int64_t m_pad = (m + 3) / 4 * 4;
+        std::vector<float> host(static_cast<size_t>(kb * m_pad), 0.0f);
+        for (int64_t q = 0; q < kb; ++q)
+          for (int64_t i = 0; i < m; ++i)
+            host[q * m_pad + i] = ref::grouped_block_scale_a(v, masked ? e : 0, rows[e].start + i, q);
+        sa_buf = upload(host);
+        a.scale_a = TensorView::contiguous(sa_buf.data(), DType::f32, {kb, m_pad});
+        a.scale_b = TensorView::contiguous(sb + e * nb * kb, DType::f32, {nb, kb});
+        break;
+      }
+    }
+    ASSERT_NO_THROW(scaled_mm(a, "reference", "simt_64x64", nullptr)) << test::to_string(s) << " expert " << e;
+    const std::vector<uint8_t> want = download(out.data(), static_cast<size_t>(m * s.n * 2));
+    const std::vector<uint8_t> mine(got.begin() + row0 * s.n * 2, got.begin() + (row0 + m) * s.n * 2);
+    EXPECT_TRUE(test::bytes_equal(mine, want, "expert rows vs dense reference", s.n * 2))
+        << test::to_string(s) << " expert " << e << " seed " << seed();
+    ++checked;
+  }
+  std::printf("  %s: %lld active experts bit-identical to the dense reference\n", test::to_string(s).c_str(),
+              static_cast<long long>(checked));
+}
+
+TEST(MoeGpu, EachExpertBitIdenticalToTheDenseReference) {
+  SKIP_WITHOUT_SM90();
+  std::mt19937_64 rng(seed() + 4);
+  for (const MoeSpec& s : every_kind(false)) {
+    const MoeCase c = make_moe_case(s, rng);
+    DeviceCase d = to_device(c);
+    grouped_scaled_mm(d.args, nullptr);
+    FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
+    check_against_dense(c, d);
+  }
+}
+
+TEST(MoeGpu, RealExpertShapesAtDecode) {
+  SKIP_WITHOUT_SM90();
+  std::mt19937_64 rng(seed() + 5);
+  struct Layer {
+    const char* name;
+    GroupedForm form;
+    int64_t e, rows, n, k;
+  };
+  // DeepSeek-V3's expert shapes (8 experts of the 32 an EP-8 rank holds, masked, up to 8 tokens
+  // each) and Qwen3-30B-A3B (all 128 experts, 8 tokens x top-8 = 64 rows, contiguous).
+  for (const Layer& l : {Layer{"deepseek_v3.gate_up", GroupedForm::masked, 8, 8, 4096, 7168},
+                         Layer{"deepseek_v3.down", GroupedForm::masked, 8, 8, 7168, 2048},
+                         Layer{"qwen3_30b_a3b.gate_up", GroupedForm::contiguous, 128, 64, 1536, 2048},
+                         Layer{"qwen3_30b_a3b.down", GroupedForm::contiguous, 128, 64, 2048, 768}})
+    for (ScaleKind kind : {ScaleKind::block, ScaleKind::row}) {
+      MoeSpec s;
+      s.form = l.form, s.scale = kind, s.experts = l.e, s.rows = l.rows, s.n = l.n, s.k = l.k;
+      s.packed = kind == ScaleKind::block && l.form == GroupedForm::masked;
+      const MoeCase c = make_moe_case(s, rng);
+      DeviceCase d = to_device(c);
+      grouped_scaled_mm(d.args, nullptr);
+      FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
+      std::printf("%s\n", l.name);
+      check_against_dense(c, d);
+    }
+}
+
+TEST(MoeGpu, OneGraphReplaysEveryRouting) {
+  SKIP_WITHOUT_SM90();
+  std::mt19937_64 rng(seed() + 6);
+  MoeSpec s;
+  s.form = GroupedForm::masked, s.experts = 8, s.rows = 16, s.n = 256, s.k = 512, s.small_integers = true;
+  MoeCase c = make_moe_case(s, rng);
+  DeviceCase d = to_device(c);
+  cudaStream_t stream;
+  FP8ROUTE_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  FP8ROUTE_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  grouped_scaled_mm(d.args, stream);
+  FP8ROUTE_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+  FP8ROUTE_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int round = 0; round < 4; ++round) {
+    std::uniform_int_distribution<int32_t> m(round == 3 ? 0 : -2, round == 3 ? 0 : 20);  // last round: all empty
+    for (int32_t& v : c.groups) v = m(rng);
+    FP8ROUTE_TEST_CUDA(cudaMemcpyAsync(d.groups.data(), c.groups.data(), c.groups.size() * 4, cudaMemcpyHostToDevice, stream));
+    FP8ROUTE_TEST_CUDA(cudaMemsetAsync(d.out.data(), 0xFF, d.out.bytes(), stream));
+    FP8ROUTE_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(matches(download_out(c, d), ref::grouped_scaled_mm(c.view()), true)) << "round " << round;
+  }
+  FP8ROUTE_TEST_CUDA(cudaGraphExecDestroy(exec));
+  FP8ROUTE_TEST_CUDA(cudaGraphDestroy(graph));
+  FP8ROUTE_TEST_CUDA(cudaStreamDestroy(stream));
+}
+
+TEST(MoeGpu, Deterministic) {
+  SKIP_WITHOUT_SM90();
+  std::mt19937_64 rng(seed() + 7);
+  MoeSpec s;
+  s.experts = 16, s.rows = 300, s.n = 512, s.k = 1024;
+  const MoeCase c = make_moe_case(s, rng);
+  DeviceCase d = to_device(c);
+  grouped_scaled_mm(d.args, nullptr);
+  const std::vector<uint8_t> first = download(d.out.data(), d.out.bytes());
+  test::poison(d.out, 0xFF);
+  grouped_scaled_mm(d.args, nullptr);
+  EXPECT_TRUE(test::bytes_equal(download(d.out.data(), d.out.bytes()), first, "second run"));
+}
+
+}  // namespace
+}  // namespace fp8route
