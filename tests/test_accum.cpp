@@ -20,6 +20,7 @@
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/linear.h"
+#include "route/linear_layout.h"
 #include "fp8route/reference.h"
 #include "fp8route/route.h"
 #include "gpu_util.h"

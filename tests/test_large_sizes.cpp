@@ -29,6 +29,7 @@
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/linear.h"
+#include "route/linear_layout.h"
 #include "fp8route/norm.h"
 #include "fp8route/quant.h"
 #include "fp8route/reference.h"

@@ -16,6 +16,7 @@
 #include "fp8route/buffer.h"
 #include "fp8route/error.h"
 #include "fp8route/linear.h"
+#include "route/linear_layout.h"
 #include "fp8route/route.h"
 #include "test_util.h"
 

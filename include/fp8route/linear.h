@@ -25,13 +25,14 @@
 
 #include "fp8route/buffer.h"
 #include "fp8route/gemm.h"
-#include "fp8route/route.h"
+#include "fp8route/probe.h"
+#include "fp8route/router.h"
 #include "fp8route/tensor.h"
 
 namespace fp8route {
 
 // What a layer looks like to the router, without its device memory: the CPU-side half of a
-// LinearPlan (tests check it against the full router on a machine without a GPU).
+// LinearPlan (LinearPlan::layout()).
 struct LinearLayout {
   int64_t n = 0, k = 0;
   ScaleKind act = ScaleKind::row;  // how activations are scaled
@@ -51,16 +52,6 @@ struct LinearLayout {
   GemmProblem problem(int64_t m, int align, const std::string& backend) const;
 };
 
-// The layout of a layer (which backends, which forms), from shapes alone. `supports` answers for
-// this GPU (gemm_supports by default).
-LinearLayout plan_linear_layout(int64_t n, int64_t k, ScaleKind act, int64_t weight_scale_numel,
-                                DType out, bool bias, const SupportsFn& supports = gemm_supports);
-
-// A router over the entries of `full` that route (layout's GEMM kind, out, N, K) for any M (the
-// exact entry, or every entry the nearest-entry rule can consult), restricted to the layout's
-// backends and the scale form each reads. For every M its select() equals full's select() of the
-// same problem under the same restriction (tested).
-Router plan_router(const Router& full, const LinearLayout& layout, SupportsFn supports = gemm_supports);
 
 class LinearPlan {
  public:

@@ -1,6 +1,7 @@
 // LinearPlan: the load-time decision for one FP8 linear layer (fp8route/linear.h).
 
 #include "fp8route/linear.h"
+#include "route/linear_layout.h"
 
 #include <cuda_runtime_api.h>
 
