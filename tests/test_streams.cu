@@ -94,7 +94,7 @@ TEST(Streams, ThreadsOnTheirOwnStreamsGetTheBitsTheyGetAlone) {
         const GemmProblem& p = problems[(c + i) % problems.size()];
         if (b->slow_fallback() && p.m * p.n * p.k > (int64_t(1) << 31)) continue;
         if (!gemm::cannot_run_reason(*b, c, p).empty()) continue;
-        add(b->name(), b->configs()[c], p);
+        add(std::string(b->name()), b->configs()[c], p);
         break;
       }
     }

@@ -87,7 +87,7 @@ TEST(Watchdog, QuarantinedConfigIsRefusedAndNotRouted) {
   const Router router = default_router()->with_measurements({});
   const Route before = router.select(p);
   ASSERT_FALSE(before.backend.empty());
-  const GemmBackend& b = gemm::find_backend(before.backend);
+  const gemm::GemmBackend& b = gemm::find_backend(before.backend);
   const int config = gemm::find_config(b, before.config);
   ASSERT_EQ(gemm::cannot_run_reason(b, config, p), "");
 
