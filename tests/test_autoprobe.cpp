@@ -92,7 +92,7 @@ std::vector<std::pair<std::string, std::string>> build_configs() {
   return out;
 }
 
-probe_cache::File random_file(std::mt19937_64& rng, const TableStamp& machine) {
+probe_cache::File random_file(std::mt19937_64& rng, const TableStamp& machine, bool with_due = false) {
   probe_cache::File f;
   f.machine = machine;
   f.key = {ScaleKind(rng() % 3), rng() % 2 ? DType::bf16 : DType::f16, int64_t(16 * (1 + rng() % 4096)),
@@ -108,7 +108,7 @@ probe_cache::File random_file(std::mt19937_64& rng, const TableStamp& machine) {
         continue;
       f.measured.push_back({m, b, c, 1.0 + double(rng() % 1000000) / 7.0});
     }
-  if (rng() % 2)  // a call-bounded probe leaves M of the grid due
+  if (with_due && rng() % 2)  // a call-bounded probe leaves M of the grid due
     for (int64_t m : {24, 48, 768, 3072})
       if (rng() % 2) f.due.push_back(m);
   return f;
@@ -133,7 +133,7 @@ TEST(ProbeCache, FileRoundTripsExactly) {
   std::mt19937_64 rng = test::make_rng(1);
   TempDir dir;
   for (int i = 0; i < 20; ++i) {
-    const probe_cache::File f = random_file(rng, some_machine());
+    const probe_cache::File f = random_file(rng, some_machine(), /*with_due=*/true);
     EXPECT_EQ(probe_cache::parse(probe_cache::text_of(f), "text"), f);
     const std::string path = probe_cache::path_of(dir.path.string(), f.machine, f.key);
     probe_cache::write(path, f);
@@ -491,6 +491,40 @@ TEST_F(AutoProbeTest, CachedTimingsAreReadOncePerProcessAndRouteTheShape) {
 }
 
 // Off: nothing is read or probed, nothing recorded, whatever the cache holds.
+// A cache file a call-bounded probe left with M due: a call whose M has only timed grid M next to
+// it routes by the file and probes nothing; one next to a due M probes (here, without a GPU, that
+// fails and the shape keeps the file's timings and is not tried again).
+TEST_F(AutoProbeTest, DueMAreProbedOnlyByCallsNextToThem) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "on a GPU the call would probe for real (the Python GPU test covers it)";
+  std::mt19937_64 rng = test::make_rng(12);
+  TempDir dir;
+  set_autoprobe_config(config_in(dir.path));
+  const TableStamp here = some_machine();
+  probe_cache::File f = random_file(rng, here);  // measured at M = 1, 2, 16, 128, 4096
+  f.due = {768, 3072};
+  const std::string path = probe_cache::path_of(dir.path.string(), here, f.key);
+  probe_cache::write(path, f);
+  const Router router = neighbour_router(f.key);
+  const auto call = [&](int64_t m) {
+    return autoprobe::timings(f.key, "scaled_mm", here, router, form_of(f.key), nullptr, {m, 2.0});
+  };
+  EXPECT_EQ(call(16).records.size(), f.measured.size());
+  EXPECT_EQ(call(140).records.size(), f.measured.size());  // next to 128 and 192: 192 is not due
+  std::vector<AutoProbeRecord> recs = autoprobe_records();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].outcome, AutoProbeRecord::Outcome::cached);
+  EXPECT_NE(autoprobe::timings(f.key, "scaled_mm", here, router, form_of(f.key), nullptr, {}).how.find("still due"),
+            std::string::npos);  // an unbounded caller probes what is due: no GPU, so it fails ...
+  recs = autoprobe_records();
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[1].outcome, AutoProbeRecord::Outcome::failed);
+  EXPECT_NE(recs[1].note.find("no GPU"), std::string::npos) << recs[1].note;
+  // ... and keeps the file's timings, and is not tried again, next to a due M or not.
+  EXPECT_EQ(call(1000).records.size(), f.measured.size());
+  EXPECT_EQ(call(3000).records.size(), f.measured.size());
+  EXPECT_EQ(autoprobe_records().size(), 2u);
+}
+
 TEST_F(AutoProbeTest, OffReadsAndProbesNothing) {
   std::mt19937_64 rng = test::make_rng(7);
   TempDir dir;
