@@ -6,6 +6,7 @@ from . import ops, torch_ops
 from ._native import lib, plain
 from .ops import _bits, _compiling
 from .torch_ops import linear_forward
+from .weight_quant import quantize_weight
 
 _ACTS = ("row", "tensor", "block")
 
@@ -59,17 +60,12 @@ class Fp8Linear(torch.nn.Module):
 
     @classmethod
     def from_float(cls, weight, act="row", out_dtype=torch.bfloat16, bias=None, accum=None, use_fast_accum=None):
-        w = weight.detach()
+        # Per channel through the library's per-token kernel (one scale per output row), so the
+        # codes are those the GPU quantization makes; 128x128 blocks in torch (weight_quant.py).
         if act == "block":
-            n, k = w.shape
-            nb, kb = -(-n // 128), -(-k // 128)
-            padded = torch.zeros((nb * 128, kb * 128), dtype=torch.float32, device=w.device)
-            padded[:n, :k] = w.float()
-            blocks = padded.view(nb, 128, kb, 128)
-            scale = (blocks.abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-12)
-            q = (blocks / scale[:, None, :, None]).clamp(-448, 448).view(nb * 128, kb * 128)[:n, :k]
-            return cls(q.to(torch.float8_e4m3fn).contiguous(), scale, act, out_dtype, bias, accum, use_fast_accum)
-        q, s = ops.per_token_quant(w.contiguous())  # one scale per output channel
+            q, s = quantize_weight(weight, "block")
+        else:
+            q, s = quantize_weight(weight, "channel", method="kernel")
         return cls(q, s, act, out_dtype, bias, accum, use_fast_accum)
 
     def forward(self, x):

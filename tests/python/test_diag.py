@@ -1,4 +1,4 @@
-"""recurring_misses.py (bench/results/2026-11-30-tp18-v6-h200) on made-up bench runs of three GPUs (no GPU or binary needed)."""
+"""bench/recurring_misses.py on made-up bench runs of three GPUs (no GPU or binary needed)."""
 import json
 import os
 import subprocess
@@ -36,7 +36,7 @@ def test_recurring_misses_separates_draws_repeats_and_steady_losses(tmp_path):
             f"y={bench_run(tmp_path / 'y.json', [o_lost, qkv_behind])}",
             f"z={bench_run(tmp_path / 'z.json', [('o_proj', 4096, 16, A, 10.0, {A: 10.0, B: 10.2}), qkv_behind])}",
             f"w={bench_run(tmp_path / 'w.json', [('qkv_proj', 6144, 16, B, 10.0, {A: 9.0, B: 10.0})])}"]
-    tool = os.path.join(ROOT, "bench", "results", "2026-11-30-tp18-v6-h200", "recurring_misses.py")
+    tool = os.path.join(ROOT, "bench", "recurring_misses.py")
     r = subprocess.run([sys.executable, tool, "--table", str(table), *runs], capture_output=True, text=True, check=True)
     lines = r.stdout.splitlines()
     assert lines[0].endswith("lost more than 1.03x: 0: 1, 2: 1"), lines[0]

@@ -1,4 +1,4 @@
-"""The Llama-architecture decoder (python/fp8route/models/llama.py).
+"""The Llama-architecture decoder (python/fp8route/models/).
 
 CPU (needs torch; skipped without it): config parsing for Llama 3.1, Qwen2.5, Qwen3 and Mistral; the
 "ref" model of each family against an independent float64 transcription of the architecture written
@@ -20,14 +20,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the model tests use it)")
 
+from models_import import import_models  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-try:
-    from fp8route.models import llama as L
-except ImportError:  # no native module: the model code itself does not need it (only backend "fp8route")
-    _spec = importlib.util.spec_from_file_location("fp8route_models_llama",
-                                                   os.path.join(ROOT, "python", "fp8route", "models", "llama.py"))
-    L = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(L)
+L = import_models().llama  # with or without the native module (only backend "fp8route" needs it)
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

@@ -18,7 +18,7 @@ import os
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.dirname(HERE)
 _spec = importlib.util.spec_from_file_location("recurring_misses",
-                                              os.path.join(HERE, "recurring_misses.py"))
+                                              os.path.join(RESULTS, "..", "recurring_misses.py"))
 recurring_misses = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(recurring_misses)
 

@@ -4,7 +4,7 @@ than one GPU, or on average over several? Reads `fp8route bench --json` files (o
 runs on several GPUs of one model and compares each problem's routed config with the table's current
 choice:
 
-  bench/results/2026-11-30-tp18-v6-h200/recurring_misses.py [--table routes/h200.json] [--over 1.03] [--behind 1.02] [--min-runs 3] \\
+  bench/recurring_misses.py [--table routes/h200.json] [--over 1.03] [--behind 1.02] [--min-runs 3] \\
       chipF=run_f/json.tar.gz chipG=run_g/tp1.json,run_g/tp8.json ...
 
 LABEL=PATH[,PATH...]: one GPU's runs. A PATH is a bench JSON or a .tar.gz of them. A problem measured
