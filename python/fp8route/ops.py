@@ -619,9 +619,16 @@ def set_autoprobe(enabled, cache_dir=None, budget_s=None, call_budget_s=None):
     most call_budget_s seconds (default 2; 0: no bound), the grid's M nearest its own first; later
     calls near M still due probe them, and warmup() probes the rest ahead. Turning it on makes
     scaled_mm decide its shapes again."""
+    def seconds(name, v):
+        if v is None:
+            return -1.0  # keep the current value
+        v = float(v)
+        if not v >= 0:  # NaN too
+            raise ValueError(f"{name}: seconds >= 0 expected, got {v}")
+        return v
+
     lib.set_autoprobe(bool(enabled), None if cache_dir is None else str(cache_dir),
-                      -1.0 if budget_s is None else float(budget_s),
-                      -1.0 if call_budget_s is None else float(call_budget_s))
+                      seconds("budget_s", budget_s), seconds("call_budget_s", call_budget_s))
 
 
 def warmup(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", bias=False):
