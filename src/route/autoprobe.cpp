@@ -212,6 +212,10 @@ Timings timings(const Key& key, std::string_view caller, const TableStamp& machi
   const auto give_up = [&](AutoProbeRecord::Outcome outcome, const std::string& why) {
     std::lock_guard<std::mutex> lock(s.mu);
     Known k = so_far();
+    if (k.settled && k.due.empty()) {  // another thread settled it meanwhile
+      out.records = std::move(k.records), out.how = std::move(k.how);
+      return out;
+    }
     route_log::note(what + ": " + std::string(name(outcome)) + ": " + why +
                     (k.records.empty() ? "; routed by the table" : "; routed by the timings so far"));
     AutoProbeRecord rec = record_of(key, caller, outcome);
