@@ -266,7 +266,7 @@ std::string grouped_supports(std::string_view backend, const GroupedProblem& p) 
 namespace moe {
 
 const std::vector<const GroupedBackend*>& all_grouped_backends() {
-  static const std::vector<const GroupedBackend*> list = {&simt_backend(), &decode_backend()};
+  static const std::vector<const GroupedBackend*> list = {&simt_backend(), &decode_backend(), &wgmma_backend()};
   return list;
 }
 
@@ -275,7 +275,7 @@ const std::vector<const GroupedBackend*>& all_grouped_backends() {
 // tiles; wgmma's 128-row tiles serve any group sizes; simt runs what neither supports (unaligned
 // operands, other architectures).
 const GroupedBackend& default_grouped_backend(const GroupedProblem& p) {
-  for (const GroupedBackend* b : {&decode_backend()})
+  for (const GroupedBackend* b : {&decode_backend(), &wgmma_backend()})
     if (b->supports(p).empty()) return *b;
   return simt_backend();
 }
