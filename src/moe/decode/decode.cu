@@ -170,6 +170,9 @@ class DecodeBackend final : public GroupedBackend {
       return "decode: a and b must be 16-byte aligned, addresses and row stride K (TMA), got align=" +
              std::to_string(p.align);
     if (p.out != DType::bf16 && p.out != DType::f16) return "decode: out must be bf16 or f16";
+    // Rows of a and out are int32 in the kernel: masked E x M_max must fit.
+    if ((p.form == GroupedForm::masked ? p.experts * p.rows : p.rows) > (int64_t{1} << 31) - 256)
+      return "decode: the rows of a (E x M_max) must be below 2^31 - 256";
     if (p.scale == ScaleKind::block) {
       Slots any{};
       any.fill(1 << 20);

@@ -66,6 +66,9 @@ class WgmmaBackend final : public GroupedBackend {
       return "wgmma: a and b must be 16-byte aligned, addresses and row stride K (TMA), got align=" +
              std::to_string(p.align);
     if (p.out != DType::bf16 && p.out != DType::f16) return "wgmma: out must be bf16 or f16";
+    // Rows of a and out are int32 in the kernel: masked E x M_max must fit.
+    if ((p.form == GroupedForm::masked ? p.experts * p.rows : p.rows) > (int64_t{1} << 31) - 256)
+      return "wgmma: the rows of a (E x M_max) must be below 2^31 - 256";
     // Tile indices are int32: the most tiles any routing makes must fit.
     if (bound_tiles(p) > std::numeric_limits<int32_t>::max())
       return "wgmma: more than 2^31 tiles (" + to_string(p) + ")";
