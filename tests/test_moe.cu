@@ -147,10 +147,10 @@ testing::AssertionResult matches(const std::vector<float>& got, const std::vecto
   return testing::AssertionSuccess();
 }
 
-void run_and_check(const MoeSpec& s, std::mt19937_64& rng) {
+void run_and_check(const MoeSpec& s, std::mt19937_64& rng, const char* backend = "") {
   const MoeCase c = make_moe_case(s, rng);
   DeviceCase d = to_device(c);
-  ASSERT_NO_THROW(grouped_scaled_mm(d.args, nullptr)) << test::to_string(s);
+  ASSERT_NO_THROW(grouped_scaled_mm(d.args, backend, nullptr)) << test::to_string(s) << " backend '" << backend << "'";
   FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
   EXPECT_TRUE(matches(download_out(c, d), ref::grouped_scaled_mm(c.view()), s.small_integers))
       << test::to_string(s) << " seed " << seed();
@@ -292,13 +292,15 @@ void check_against_dense(const MoeCase& c, const DeviceCase& d) {
               static_cast<long long>(checked));
 }
 
+// The simt backend's rows against the dense reference backend (the tensor-core backends sum in
+// another order: MoeFast checks them against the CPU reference and against simt).
 TEST(MoeGpu, EachExpertBitIdenticalToTheDenseReference) {
   SKIP_WITHOUT_SM90();
   std::mt19937_64 rng(seed() + 4);
   for (const MoeSpec& s : every_kind(false)) {
     const MoeCase c = make_moe_case(s, rng);
     DeviceCase d = to_device(c);
-    grouped_scaled_mm(d.args, nullptr);
+    grouped_scaled_mm(d.args, "simt", nullptr);
     FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
     check_against_dense(c, d);
   }
@@ -324,7 +326,7 @@ TEST(MoeGpu, RealExpertShapesAtDecode) {
       s.packed = kind == ScaleKind::block && l.form == GroupedForm::masked;
       const MoeCase c = make_moe_case(s, rng);
       DeviceCase d = to_device(c);
-      grouped_scaled_mm(d.args, nullptr);
+      grouped_scaled_mm(d.args, "simt", nullptr);
       FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
       std::printf("%s\n", l.name);
       check_against_dense(c, d);
@@ -372,6 +374,230 @@ TEST(MoeGpu, Deterministic) {
   test::poison(d.out, 0xFF);
   grouped_scaled_mm(d.args, nullptr);
   EXPECT_TRUE(test::bytes_equal(download(d.out.data(), d.out.bytes()), first, "second run"));
+}
+
+
+// ---- the tensor-core backends (decode, wgmma) ----------------------------------------------------
+
+// Rows of a that belong to no group (past masked_m, outside the offsets, the tail of a token tile)
+// set to NaN codes and their scales to NaN (packed: 0xFF, infinity): a kernel that lets such a row
+// reach a stored output fails the comparison. The CPU reference never reads them.
+void poison_rows_of_no_group(MoeCase& c) {
+  const MoeSpec& s = c.spec;
+  const bool masked = c.masked();
+  const std::vector<ref::GroupRows> rows = ref::grouped_rows(s.form, c.groups, s.experts, s.rows);
+  std::vector<char> used(static_cast<size_t>(c.a_rows()), 0);
+  for (int64_t e = 0; e < s.experts; ++e)
+    for (int64_t i = 0; i < rows[e].count; ++i) used[(masked ? e * s.rows : 0) + rows[e].start + i] = 1;
+  for (int64_t r = 0; r < c.a_rows(); ++r) {
+    if (used[r]) continue;
+    std::memset(c.a.data() + r * s.k, 0x7F, static_cast<size_t>(s.k));
+    if (s.scale == ScaleKind::row) c.sa_f32[r] = NAN;
+    if (s.scale != ScaleKind::block) continue;
+    const QuantLayout& L = c.sa_layout;
+    const int64_t be = masked ? r / s.rows : 0, t = masked ? r % s.rows : r;
+    for (int64_t g = 0; g < s.k / 128; ++g) {
+      const int64_t base = be * L.scale_batch_stride + t * L.scale_stride_t;
+      if (s.packed)
+        reinterpret_cast<uint8_t*>(&c.sa_packed[base + (g / 4) * L.scale_stride_c])[g % 4] = 0xFF;
+      else
+        c.sa_f32[base + g * L.scale_stride_c] = NAN;
+    }
+  }
+}
+
+// The largest groups a backend runs: decode takes groups of at most 64 rows.
+int64_t rows_for(const char* backend, int64_t want) { return std::string(backend) == "decode" ? std::min<int64_t>(want, 64) : want; }
+
+constexpr const char* kFastBackends[] = {"decode", "wgmma"};
+
+// One case on `backend` against the CPU reference (exact on small integers) and against simt
+// (within tolerance, the same rows written), rows of no group poisoned.
+void fast_case(const MoeSpec& s, std::mt19937_64& rng, const char* backend, bool with_cpu_reference = true) {
+  MoeCase c = make_moe_case(s, rng);
+  poison_rows_of_no_group(c);
+  DeviceCase d = to_device(c);
+  const std::string what = test::to_string(s) + " backend " + backend + " seed " + std::to_string(seed());
+  const std::string why = grouped_supports(backend, check_grouped_scaled_mm(d.args));
+  ASSERT_TRUE(why.empty()) << what << ": " << why;
+  ASSERT_NO_THROW(grouped_scaled_mm(d.args, backend, nullptr)) << what;
+  FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> got = download_out(c, d);
+  if (with_cpu_reference) EXPECT_TRUE(matches(got, ref::grouped_scaled_mm(c.view()), s.small_integers)) << what;
+  test::poison(d.out, 0xFF);
+  ASSERT_NO_THROW(grouped_scaled_mm(d.args, "simt", nullptr)) << what;
+  FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(matches(got, download_out(c, d), false)) << what << " (against simt)";
+}
+
+// Every form, scale kind, scale_a layout and storage, output dtype, on shapes with partial tiles
+// everywhere (N = 200: a partial 128-row weight block; 5 experts of uneven groups, one empty).
+TEST(MoeFast, EveryKindAgainstTheReferenceAndSimt) {
+  SKIP_WITHOUT_SM90();
+  for (const char* backend : kFastBackends)
+    for (bool small : {true, false}) {
+      std::mt19937_64 rng(seed() + 10 + small);
+      for (MoeSpec s : every_kind(small)) {
+        s.rows = rows_for(backend, s.rows);
+        fast_case(s, rng, backend);
+      }
+    }
+}
+
+TEST(MoeFast, Routings) {
+  SKIP_WITHOUT_SM90();
+  for (const char* backend : kFastBackends) {
+    std::mt19937_64 rng(seed() + 12);
+    const int64_t m = rows_for(backend, 300);
+    MoeSpec s;
+    s.experts = 6, s.rows = m, s.n = 392, s.k = 512, s.small_integers = true;
+    const int32_t M = static_cast<int32_t>(m);
+    for (ScaleKind kind : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block}) {
+      s.scale = kind;
+      s.form = GroupedForm::contiguous;
+      for (std::vector<int32_t> g : std::vector<std::vector<int32_t>>{
+               {0, M, M, M, M, M, M},                      // every row on expert 0
+               {0, 0, 0, 0, 0, 0, M},                      // every row on the last expert
+               {0, 0, 0, 0, 0, 0, 0},                      // no rows at all
+               {3, 10, 10, M / 2, M / 2 + 1, M / 2 + 1, M - 5},  // rows of no expert at both ends
+               {0, 1, 2, 3, 4, 5, M + 90},                 // the last end past M_total: clamped
+               {0, 1, 9, 17, 18, 50, M},                   // groups straddling 8- and 128-row edges
+           }) {
+        s.groups = g;
+        fast_case(s, rng, backend);
+      }
+      s.groups = {5, 5, M / 2, M / 2, M / 2 + 1, M};  // torch's ends form
+      s.offsets_ends = true;
+      fast_case(s, rng, backend);
+      s.offsets_ends = false;
+      s.form = GroupedForm::masked;
+      for (std::vector<int32_t> g : std::vector<std::vector<int32_t>>{
+               {0, 0, 0, 0, 0, 0},                  // masked_m = 0 everywhere
+               {M, 0, 1, 8, 9, M - 1},              // full, empty, one row, token-tile edges
+               {1000, -5, M + 1, 3, 0, M / 2},      // above M_max and negative: clamped
+               {0, 0, 0, 0, 0, 1},                  // one row on the last expert only
+           }) {
+        s.groups = g;
+        fast_case(s, rng, backend);
+      }
+    }
+  }
+}
+
+// The catalog's expert shapes, 1 to 64 rows per active expert with empty experts, every scale kind,
+// both forms, against simt (the CPU reference is too slow at these sizes; simt is bit-identical to
+// the dense reference backend).
+TEST(MoeFast, RealExpertShapes) {
+  SKIP_WITHOUT_SM90();
+  struct Layer {
+    const char* name;
+    int64_t e, n, k;
+  };
+  std::mt19937_64 rng(seed() + 13);
+  for (const Layer& l : {Layer{"deepseek_v3.gate_up (32 local experts)", 32, 4096, 7168},
+                         Layer{"deepseek_v3.down (32 local experts)", 32, 7168, 2048},
+                         Layer{"qwen3_30b_a3b.gate_up", 128, 1536, 2048},
+                         Layer{"qwen3_30b_a3b.down", 128, 2048, 768}})
+    for (const char* backend : kFastBackends)
+      for (GroupedForm form : {GroupedForm::masked, GroupedForm::contiguous})
+        for (ScaleKind kind : {ScaleKind::block, ScaleKind::row, ScaleKind::tensor}) {
+          MoeSpec s;
+          s.form = form, s.scale = kind, s.experts = l.e, s.n = l.n, s.k = l.k;
+          s.packed = kind == ScaleKind::block && form == GroupedForm::masked;
+          std::uniform_int_distribution<int32_t> rows(1, 64), coin(0, 3);
+          if (form == GroupedForm::masked) {
+            s.rows = 64;
+            for (int64_t e = 0; e < l.e; ++e) s.groups.push_back(coin(rng) == 0 ? 0 : rows(rng));
+          } else {
+            // decode: 64 rows in all (a decode step of 8 tokens x top-8); wgmma: 1-64 per expert.
+            const bool decode = std::string(backend) == "decode";
+            int32_t run = 0;
+            s.groups.push_back(0);
+            for (int64_t e = 0; e < l.e; ++e) {
+              const int32_t r = decode ? (coin(rng) == 0 && run < 64 ? std::min(64 - run, rows(rng) % 9 + 1) : 0)
+                                       : (coin(rng) == 0 ? 0 : rows(rng));
+              s.groups.push_back(run += r);
+            }
+            s.rows = std::max<int32_t>(run, 1);
+          }
+          std::printf("%s %s %s %s\n", l.name, backend, std::string(name(form)).c_str(),
+                      std::string(name(kind)).c_str());
+          fast_case(s, rng, backend, false);
+        }
+}
+
+TEST(MoeFast, OneGraphReplaysEveryRouting) {
+  SKIP_WITHOUT_SM90();
+  for (const char* backend : kFastBackends)
+    for (GroupedForm form : {GroupedForm::masked, GroupedForm::contiguous}) {
+      std::mt19937_64 rng(seed() + 14);
+      MoeSpec s;
+      s.form = form, s.experts = 8, s.rows = form == GroupedForm::masked ? 16 : 64, s.n = 256, s.k = 512;
+      s.small_integers = true;
+      MoeCase c = make_moe_case(s, rng);
+      DeviceCase d = to_device(c);
+      cudaStream_t stream;
+      FP8ROUTE_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      FP8ROUTE_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      grouped_scaled_mm(d.args, backend, stream);
+      FP8ROUTE_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+      FP8ROUTE_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int round = 0; round < 4; ++round) {
+        if (form == GroupedForm::masked) {
+          std::uniform_int_distribution<int32_t> m(round == 3 ? 0 : -2, round == 3 ? 0 : 20);  // last: all empty
+          for (int32_t& v : c.groups) v = m(rng);
+        } else {
+          const std::vector<int32_t> counts = test::random_counts(s.experts, round == 3 ? 0 : s.rows - round, rng);
+          int32_t run = 0;
+          c.groups = {0};
+          for (int32_t n : counts) c.groups.push_back(run += n);
+        }
+        FP8ROUTE_TEST_CUDA(
+            cudaMemcpyAsync(d.groups.data(), c.groups.data(), c.groups.size() * 4, cudaMemcpyHostToDevice, stream));
+        FP8ROUTE_TEST_CUDA(cudaMemsetAsync(d.out.data(), 0xFF, d.out.bytes(), stream));
+        FP8ROUTE_TEST_CUDA(cudaGraphLaunch(exec, stream));
+        FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(stream));
+        EXPECT_TRUE(matches(download_out(c, d), ref::grouped_scaled_mm(c.view()), true))
+            << backend << " " << name(form) << " round " << round;
+      }
+      FP8ROUTE_TEST_CUDA(cudaGraphExecDestroy(exec));
+      FP8ROUTE_TEST_CUDA(cudaGraphDestroy(graph));
+      FP8ROUTE_TEST_CUDA(cudaStreamDestroy(stream));
+    }
+}
+
+TEST(MoeFast, Deterministic) {
+  SKIP_WITHOUT_SM90();
+  for (const char* backend : kFastBackends) {
+    std::mt19937_64 rng(seed() + 15);
+    MoeSpec s;
+    s.form = GroupedForm::masked, s.experts = 16, s.rows = 64, s.n = 1024, s.k = 4096;
+    const MoeCase c = make_moe_case(s, rng);
+    DeviceCase d = to_device(c);
+    grouped_scaled_mm(d.args, backend, nullptr);
+    const std::vector<uint8_t> first = download(d.out.data(), d.out.bytes());
+    for (int i = 0; i < 3; ++i) {
+      test::poison(d.out, 0xFF);
+      grouped_scaled_mm(d.args, backend, nullptr);
+      EXPECT_TRUE(test::bytes_equal(download(d.out.data(), d.out.bytes()), first, "a later run")) << backend;
+    }
+  }
+}
+
+// The default backend follows the documented order: decode for groups of <= 64 rows, else wgmma.
+TEST(MoeFast, DefaultBackendRule) {
+  SKIP_WITHOUT_SM90();
+  GroupedProblem p;
+  p.form = GroupedForm::masked, p.experts = 32, p.rows = 64, p.n = 4096, p.k = 7168, p.scale = ScaleKind::block;
+  EXPECT_EQ(grouped_supports("decode", p), "");
+  p.rows = 65;
+  EXPECT_NE(grouped_supports("decode", p), "");
+  EXPECT_EQ(grouped_supports("wgmma", p), "");
+  p.align = 8;
+  EXPECT_NE(grouped_supports("wgmma", p), "");
+  EXPECT_EQ(grouped_supports("simt", p), "");
 }
 
 }  // namespace

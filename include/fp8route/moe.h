@@ -62,6 +62,9 @@ struct GroupedProblem {
   ScaleStorage sa_storage = ScaleStorage::f32;
   // contiguous: offsets has E + 1 entries (false: E ends).
   bool offsets_with_start = true;
+  // Largest power of two <= 16 dividing, in bytes, the addresses of a and b and their row stride K.
+  // The tensor-core backends read a and b with TMA and need 16; simt takes any.
+  int align = 16;
 
   bool operator==(const GroupedProblem&) const = default;
 };
@@ -93,7 +96,11 @@ void grouped_scaled_mm(const GroupedMmArgs& args, cudaStream_t stream);
 void grouped_scaled_mm(const GroupedMmArgs& args, std::string_view backend, cudaStream_t stream);
 
 // Grouped backends in this build: "simt" (portable CUDA-core kernel, every valid problem, each
-// expert bit-identical to scaled_mm's "reference" backend on its rows).
+// expert bit-identical to scaled_mm's "reference" backend on its rows); "decode" (tensor cores,
+// groups of at most 64 rows: masked M_max <= 64 or contiguous M_total <= 64, streams only the
+// active experts' weights); "wgmma" (tensor cores, persistent 128-row tiles over (expert, n-tile,
+// m-tile), any group sizes). The default: decode where it runs, else wgmma, else simt
+// (docs/moe.md, Backends).
 std::vector<std::string> grouped_backends();
 // Why `backend` cannot run `p` on the current device, or "" when it can.
 std::string grouped_supports(std::string_view backend, const GroupedProblem& p);

@@ -38,7 +38,12 @@ class GroupedBackend {
 };
 
 const GroupedBackend& simt_backend();
+const GroupedBackend& decode_backend();  // moe/decode: groups of <= 64 rows, mma.sync, split K
+const GroupedBackend& wgmma_backend();   // moe/wgmma: persistent 128-row wgmma tiles, any groups
 const std::vector<const GroupedBackend*>& all_grouped_backends();
 const GroupedBackend& find_grouped_backend(std::string_view name);
+// The default backend for p: the first of decode, wgmma, simt that supports it (docs/moe.md,
+// Backends).
+const GroupedBackend& default_grouped_backend(const GroupedProblem& p);
 
 }  // namespace fp8route::moe

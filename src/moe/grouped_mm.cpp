@@ -1,6 +1,8 @@
 // The grouped GEMM entry points (include/fp8route/moe.h): argument checks, once per call, then the
 // backend.
 
+#include <algorithm>
+#include <cstdint>
 #include <sstream>
 #include <utility>
 
@@ -17,6 +19,13 @@ namespace {
 constexpr int64_t kMaxDim = (int64_t{1} << 31) - 256;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Largest power of two <= 16 dividing v.
+int pow2_align(uint64_t v) {
+  int a = 1;
+  while (a < 16 && v % (2 * a) == 0) a *= 2;
+  return a;
+}
 
 std::string dims(std::initializer_list<int64_t> d) {
   std::string s = "[";
@@ -189,6 +198,11 @@ Checked check(const GroupedMmArgs& args) {
                               std::pair{&args.scale_b, "scale_b"}, std::pair{&groups, groups_name}})
     detail::check_no_overlap(args.out, "out", *t, nm);
 
+  p.align = 16;
+  for (uint64_t v : {uint64_t(reinterpret_cast<uintptr_t>(args.a.data)), uint64_t(reinterpret_cast<uintptr_t>(args.b.data)),
+                     uint64_t(p.k)})
+    p.align = std::min(p.align, pow2_align(v));
+
   c.ops.a = static_cast<const uint8_t*>(args.a.data);
   c.ops.b = static_cast<const uint8_t*>(args.b.data);
   c.ops.sa = args.scale_a.data;
@@ -225,6 +239,7 @@ std::string to_string(const GroupedProblem& p) {
   if (p.scale == ScaleKind::block) os << " sa=" << name(p.sa_layout) << '.' << name(p.sa_storage);
   if (p.scale == ScaleKind::tensor) os << " sa=" << (p.sa_per_expert ? "per_expert" : "scalar");
   if (p.form == GroupedForm::contiguous && !p.offsets_with_start) os << " offsets=ends";
+  if (p.align != 16) os << " align=" << p.align;
   return os.str();
 }
 
@@ -234,8 +249,8 @@ void grouped_scaled_mm(const GroupedMmArgs& args, cudaStream_t stream) { grouped
 
 void grouped_scaled_mm(const GroupedMmArgs& args, std::string_view backend, cudaStream_t stream) {
   const Checked c = check(args);
-  // One backend so far; the measured routing of the dense GEMMs comes with the second.
-  run(c, backend.empty() ? moe::simt_backend() : moe::find_grouped_backend(backend), stream);
+  if (backend.empty() && empty(c.p)) return;
+  run(c, backend.empty() ? moe::default_grouped_backend(c.p) : moe::find_grouped_backend(backend), stream);
 }
 
 std::vector<std::string> grouped_backends() {
@@ -251,8 +266,18 @@ std::string grouped_supports(std::string_view backend, const GroupedProblem& p) 
 namespace moe {
 
 const std::vector<const GroupedBackend*>& all_grouped_backends() {
-  static const std::vector<const GroupedBackend*> list = {&simt_backend()};
+  static const std::vector<const GroupedBackend*> list = {&simt_backend(), &decode_backend(), &wgmma_backend()};
   return list;
+}
+
+// A fixed order until grouped calls are routed by measurement: decode reads only the active
+// experts' weights with the fewest idle tensor-core columns where every group fits its 64-row token
+// tiles; wgmma's 128-row tiles serve any group sizes; simt runs what neither supports (unaligned
+// operands, other architectures).
+const GroupedBackend& default_grouped_backend(const GroupedProblem& p) {
+  for (const GroupedBackend* b : {&decode_backend(), &wgmma_backend()})
+    if (b->supports(p).empty()) return *b;
+  return simt_backend();
 }
 
 const GroupedBackend& find_grouped_backend(std::string_view name) {

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Grouped scaled FP8 GEMM (docs/moe.md) on the GPU machine: each fp8route grouped backend (simt,
+decode, wgmma, and the default choice) and torch._scaled_grouped_mm side by side, on the catalog's
+expert shapes, masked (decode) and contiguous (decode and prefill) forms.
+
+For each point: E experts of which A are active with m rows each (the others empty), every backend
+that supports the problem, row and block scales (torch runs row only). Method as bench/python_bench.py:
+each op is captured in a CUDA graph (over rotation sets of weights when they are small enough to
+stay in L2), replays interleaved in a shuffled order with an untimed L2 flush before each, median
+of 20. Prints the time, the weight-read bandwidth of the active experts (A x N x K bytes / time) and
+its fraction of the device copy bandwidth (measured here, read + write / 2), and TFLOP/s.
+
+  python3 bench/moe_bench.py [--layers deepseek_v3.gate_up,...] [--m 1,2,4,8,16,32,64] [--active 8,all]
+                             [--prefill 128,512,2048] [--json FILE]
+"""
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import fp8route  # noqa: E402
+
+DEV = "cuda"
+E4M3 = torch.float8_e4m3fn
+
+# (experts on one GPU, N, K) of the catalog's MoE projections (docs/moe.md, shapes/).
+LAYERS = {
+    "deepseek_v3.gate_up": (32, 4096, 7168),
+    "deepseek_v3.down": (32, 7168, 2048),
+    "qwen3_30b_a3b.gate_up": (128, 1536, 2048),
+    "qwen3_30b_a3b.down": (128, 2048, 768),
+    "qwen3_235b_a22b.gate_up": (128, 3072, 4096),
+    "qwen3_235b_a22b.down": (128, 4096, 1536),
+}
+BACKENDS = ["", "decode", "wgmma", "simt"]  # "" = the default rule
+
+
+def l2_bytes():
+    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 60 << 20)
+
+
+def copy_bandwidth():
+    """Device-to-device copy, bytes read + written over 2 (GB/s): the floor's bandwidth."""
+    n = 1 << 30
+    src, dst = torch.empty(n, dtype=torch.uint8, device=DEV), torch.empty(n, dtype=torch.uint8, device=DEV)
+    for _ in range(3):
+        dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        dst.copy_(src)
+    end.record()
+    torch.cuda.synchronize()
+    return 10 * n / (start.elapsed_time(end) * 1e-3) / 1e9
+
+
+def time_interleaved(ops, sets, reps=20, warmup=5):
+    """ops: {name: fn(set_index)}. Returns {name: median us per call}; an op that raises is left out."""
+    flush = torch.empty(2 * l2_bytes() // 4, dtype=torch.float32, device=DEV)
+    graphs, errors = {}, {}
+    for name, fn in ops.items():
+        try:
+            for i in range(sets):
+                fn(i)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for i in range(sets):
+                    fn(i)
+            graphs[name] = g
+        except Exception as e:  # unsupported by this backend / torch build: reported, not timed
+            errors[name] = str(e).splitlines()[0][:120]
+    for _ in range(warmup):
+        for g in graphs.values():
+            g.replay()
+    times = {name: [] for name in graphs}
+    rng = random.Random(12345)
+    names = list(graphs)
+    events = []
+    for _ in range(reps):
+        rng.shuffle(names)
+        for name in names:
+            flush.sum()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphs[name].replay()
+            end.record()
+            events.append((name, start, end))
+    torch.cuda.synchronize()
+    for name, start, end in events:
+        times[name].append(start.elapsed_time(end) * 1000.0 / sets)
+    return {name: statistics.median(v) for name, v in times.items()}, errors
+
+
+def counts_for(e, active, m, gen):
+    """m rows on each of `active` experts drawn at random, 0 on the others."""
+    c = torch.zeros(e, dtype=torch.int32)
+    c[torch.randperm(e, generator=gen)[:active]] = m
+    return c
+
+
+def make_set(form, scale, e, n, k, counts, m_max):
+    """Operands of one rotation set: fp8route's arguments and torch's (row scales only)."""
+    b = torch.randn(e, n, k, device=DEV).clamp(-4, 4).to(E4M3)
+    kb, nb = k // 128, (n + 127) // 128
+    if form == "masked":
+        a = torch.randn(e, m_max, k, device=DEV).clamp(-4, 4).to(E4M3)
+        groups = counts.to(DEV)
+        t, lead = m_max, (e,)
+    else:
+        total = int(counts.sum())
+        a = torch.randn(max(total, 1), k, device=DEV).clamp(-4, 4).to(E4M3)
+        groups = torch.cat([torch.zeros(1, dtype=torch.int32), counts.cumsum(0).to(torch.int32)]).to(DEV)
+        t, lead = max(total, 1), ()
+    if scale == "row":
+        sa = torch.rand(*lead, t, device=DEV) + 0.5
+        sb = torch.rand(e, n, device=DEV) + 0.5
+    else:  # block: group quant's default col_major_tma layout, f32
+        sa = torch.rand(*lead, kb, (t + 3) // 4 * 4, device=DEV) + 0.5
+        sb = torch.rand(e, nb, kb, device=DEV) + 0.5
+    out = torch.empty(*a.shape[:-1], n, dtype=torch.bfloat16, device=DEV)
+    return dict(a=a, b=b, sa=sa, sb=sb, groups=groups, out=out)
+
+
+def ours(s, form, scale, backend):
+    kw = dict(offsets=s["groups"]) if form == "contiguous" else dict(masked_m=s["groups"])
+    return lambda: fp8route.grouped_scaled_mm(s["a"], s["b"], s["sa"], s["sb"], scale=scale, out=s["out"],
+                                              backend=backend, **kw)
+
+
+def torch_grouped(s, form):
+    """torch._scaled_grouped_mm, row scales: b as [E, K, N] (a column-major view of [E, N, K])."""
+    bt = s["b"].transpose(-2, -1)
+    if form == "contiguous":
+        offs = s["groups"][1:].contiguous()  # the ends
+        return lambda: torch._scaled_grouped_mm(s["a"], bt, s["sa"], s["sb"], offs=offs, out_dtype=torch.bfloat16)
+    # 3-D x 3-D (batched); a torch build that wants another scale_a shape is reported, not timed.
+    return lambda: torch._scaled_grouped_mm(s["a"], bt, s["sa"], s["sb"], out_dtype=torch.bfloat16)
+
+
+def run_point(layer, form, scale, m, active, gen, copy_gbs):
+    e, n, k = LAYERS[layer]
+    active = min(active, e)
+    counts = counts_for(e, active, m, gen)
+    m_max = m if form == "masked" else None
+    weight = e * n * k
+    # Rotation: enough sets that the active weights of one replay exceed 3x L2, within ~6 GB.
+    active_bytes = active * n * k
+    sets = max(1, min(math.ceil(3 * l2_bytes() / active_bytes), (6 << 30) // weight, 16))
+    data = [make_set(form, scale, e, n, k, counts, m_max) for _ in range(sets)]
+    ops = {}
+    for be in BACKENDS:
+        ops["fp8route:" + (be or "default")] = (lambda be: lambda i: ours(data[i], form, scale, be)())(be)
+    if scale == "row":
+        ops["torch._scaled_grouped_mm"] = lambda i: torch_grouped(data[i], form)()
+    times, errors = time_interleaved(ops, sets)
+    flops = 2.0 * active * m * n * k
+    rows = []
+    for name, us in sorted(times.items(), key=lambda kv: kv[1]):
+        gbs = active_bytes / (us * 1e-6) / 1e9
+        rows.append(dict(layer=layer, form=form, scale=scale, m=m, active=active, experts=e, n=n, k=k, op=name,
+                         us=us, weight_gbs=gbs, of_copy=gbs / copy_gbs, tflops=flops / (us * 1e-6) / 1e12))
+        print(f"  {name:28s} {us:9.2f} us  {gbs:7.0f} GB/s of active weights ({gbs / copy_gbs:5.1%} of copy)"
+              f"  {rows[-1]['tflops']:7.1f} TFLOP/s")
+    for name, why in errors.items():
+        print(f"  {name:28s} not run: {why}")
+    del data
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", default=",".join(LAYERS))
+    ap.add_argument("--m", default="1,2,4,8,16,32,64", help="rows per active expert at decode")
+    ap.add_argument("--active", default="8,all", help="active experts per point ('all' = every expert)")
+    ap.add_argument("--prefill", default="256,1024", help="rows per expert, contiguous form, every expert active")
+    ap.add_argument("--scales", default="row,block")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    gen = torch.Generator().manual_seed(0)
+    copy_gbs = copy_bandwidth()
+    print(f"device copy bandwidth {copy_gbs:.0f} GB/s; L2 {l2_bytes() >> 20} MB")
+    records = []
+    for layer in args.layers.split(","):
+        e = LAYERS[layer][0]
+        for scale in args.scales.split(","):
+            for form in ("masked", "contiguous"):
+                for act in args.active.split(","):
+                    a = e if act == "all" else int(act)
+                    for m in (int(x) for x in args.m.split(",")):
+                        print(f"{layer} {form} {scale} active={min(a, e)}/{e} m={m}")
+                        records += run_point(layer, form, scale, m, a, gen, copy_gbs)
+            for m in (int(x) for x in args.prefill.split(",") if x):
+                print(f"{layer} contiguous {scale} prefill active={e}/{e} m={m}")
+                records += run_point(layer, "contiguous", scale, m, e, gen, copy_gbs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+// The grouped "decode" backend: launcher of moe/decode/kernel.cuh (groups of at most 64 rows, where
+// a grouped GEMM is a read of the active experts' weights). Holds the config list, the
+// requirements (supports), the split-K rule and the persistent grid size.
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "core/cuda_check.h"
+#include "core/launch.h"
+#include "fp8route/device.h"
+#include "fp8route/error.h"
+#include "gemm/tensor_map.h"
+#include "moe/backend.h"
+#include "moe/decode/kernel.cuh"
+#include "moe/sm90/tensor_map.h"
+
+namespace fp8route::moe {
+namespace {
+
+namespace dk = kernels::moe_decode;
+
+struct DecodeConfig {
+  int token_tiles;  // 8 rows each: the config runs groups of <= 8 * token_tiles rows
+  int row_tiles;    // 16 weight rows each, per consumer warp (4 warps per block)
+  int stages;       // [rows x 128 B] weight tiles in flight per block
+};
+
+// The configs, listed once: one per token tile, 128 weight rows (whole 128-row scale blocks), as
+// many stages as keep >= 96 KB of weight in flight per SM (HBM latency x bandwidth / SMs is ~40 KB
+// on an H200) within shared memory.
+constexpr DecodeConfig kConfigs[] = {
+    {1, 2, 8},  // m8_n128_s8
+    {2, 2, 8},  // m16_n128_s8
+    {4, 2, 8},  // m32_n128_s8
+    {8, 2, 6},  // m64_n128_s6
+};
+constexpr int kNumConfigs = static_cast<int>(std::size(kConfigs));
+constexpr int kMaxRows = 8 * kConfigs[kNumConfigs - 1].token_tiles;
+
+// Active experts the split rule plans for when the host cannot bound them (masked form): a decode
+// step of one token activates top-k experts, 8 in every catalog model; planning for the fewest
+// active experts fills the GPU where that matters most, and more active experts only pay a cluster
+// reduction per item. Replaced by measured routing later.
+constexpr int64_t kPlannedActive = 8;
+
+using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const dk::Params);
+
+template <class OutT, int I>
+constexpr Kernel kernel_of() {
+  constexpr DecodeConfig c = kConfigs[I];
+  return &dk::sm90_fp8_grouped_decode<OutT, c.token_tiles, c.row_tiles, c.stages>;
+}
+
+template <int I>
+constexpr int smem_of() {
+  constexpr DecodeConfig c = kConfigs[I];
+  return dk::Traits<c.token_tiles, c.row_tiles, c.stages>::kSmemBytes;
+}
+
+struct KernelInfo {
+  Kernel kernel[2];  // bf16, f16
+  int smem;
+  int rows, max_m;
+};
+
+template <int... I>
+std::array<KernelInfo, kNumConfigs> make_table(std::integer_sequence<int, I...>) {
+  return {{KernelInfo{{kernel_of<__nv_bfloat16, I>(), kernel_of<__half, I>()}, smem_of<I>(),
+                      16 * kConfigs[I].row_tiles * dk::kConsumerWarps, 8 * kConfigs[I].token_tiles}...}};
+}
+const std::array<KernelInfo, kNumConfigs>& kernels_table() {
+  static const auto t = make_table(std::make_integer_sequence<int, kNumConfigs>{});
+  return t;
+}
+
+// Blocks resident on the whole GPU at once, by cluster size (1..kMaxSplits); queried once per
+// config and device.
+using Slots = std::array<int, dk::kMaxSplits + 1>;
+const Slots& resident_blocks(int config, const DeviceInfo& dev) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, Slots> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find({config, dev.index}); it != cache.end()) return it->second;
+  }
+  const KernelInfo& k = kernels_table()[config];
+  Slots s{};
+  for (const Kernel fn : k.kernel) allow_dynamic_smem(reinterpret_cast<const void*>(fn), k.smem, dev.index);
+  int per_sm = 0;
+  FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel[0], dk::kThreads, k.smem));
+  s[1] = per_sm * dev.sm_count;
+  for (int c = 2; c <= dk::kMaxSplits; ++c)
+    s[c] = resident_cluster_blocks(reinterpret_cast<const void*>(k.kernel[0]), dk::kThreads, k.smem, c);
+  std::lock_guard<std::mutex> lock(mu);
+  return cache.emplace(std::pair{config, dev.index}, s).first->second;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rows of the largest group any routing can make.
+int64_t max_group_rows(const GroupedProblem& p) { return p.rows; }
+
+int config_for(const GroupedProblem& p) {
+  for (int i = 0; i < kNumConfigs; ++i)
+    if (8 * kConfigs[i].token_tiles >= max_group_rows(p)) return i;
+  return -1;
+}
+
+struct Launch {
+  int clusters = 0, splits = 0, split_kblocks = 0;
+};
+
+// The split-K rule of the dense decode backend on the items of the experts planned active: the time
+// is waves x (K blocks per block + a fixed start and end), plus the cluster reduction when K is
+// split. Block scales: a split's sa slice [kb][max M] and sb slice must fit their shared memory.
+// splits = 0: no split count fits.
+Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
+  constexpr double kStartEnd = 2, kReduce = 1;
+  const KernelInfo& k = kernels_table()[config];
+  const int64_t kblocks = ceil_div(p.k, dk::kKBlock);
+  const int64_t row_blocks = ceil_div(p.n, k.rows);
+  const int64_t active = std::min<int64_t>(
+      p.experts, p.form == GroupedForm::contiguous ? std::max<int64_t>(p.rows, 1) : kPlannedActive);
+  const int64_t items = row_blocks * active;
+  auto fits = [&](int64_t skb) {
+    return p.scale != ScaleKind::block ||
+           (skb * k.max_m * 4 <= dk::kSaBytes && skb * 4 <= dk::kSbBytes);
+  };
+  Launch best;
+  double best_cost = 0;
+  for (int64_t s = 1; s <= std::min<int64_t>(dk::kMaxSplits, kblocks); ++s) {
+    const int64_t skb = ceil_div(kblocks, s), splits = ceil_div(kblocks, skb);
+    if (splits != s || !fits(skb) || slots[splits] <= 0) continue;
+    const int64_t clusters = slots[splits] / splits;
+    const int64_t waves = ceil_div(items, clusters);
+    const double cost = double(waves) * (double(skb) + kStartEnd) + (splits > 1 ? kReduce : 0);
+    if (best.splits == 0 || cost < best_cost) {
+      best_cost = cost;
+      best.splits = static_cast<int>(splits);
+      best.split_kblocks = static_cast<int>(skb);
+      // Every item of every expert has a cluster when the GPU holds that many; never more.
+      best.clusters = static_cast<int>(std::min<int64_t>(clusters, row_blocks * p.experts));
+    }
+  }
+  return best;
+}
+
+class DecodeBackend final : public GroupedBackend {
+ public:
+  std::string_view name() const override { return "decode"; }
+
+  std::string supports(const GroupedProblem& p) const override {
+    if (max_group_rows(p) > kMaxRows)
+      return "decode: groups of at most " + std::to_string(kMaxRows) + " rows (masked M_max or contiguous M_total), got " +
+             std::to_string(p.rows);
+    if (p.experts > dk::kMaxExperts)
+      return "decode: at most " + std::to_string(dk::kMaxExperts) + " experts (the scan in shared memory), got " +
+             std::to_string(p.experts);
+    if (p.align < 16)
+      return "decode: a and b must be 16-byte aligned, addresses and row stride K (TMA), got align=" +
+             std::to_string(p.align);
+    if (p.out != DType::bf16 && p.out != DType::f16) return "decode: out must be bf16 or f16";
+    // Rows of a and out are int32 in the kernel: masked E x M_max must fit.
+    if ((p.form == GroupedForm::masked ? p.experts * p.rows : p.rows) > (int64_t{1} << 31) - 256)
+      return "decode: the rows of a (E x M_max) must be below 2^31 - 256";
+    if (p.scale == ScaleKind::block) {
+      Slots any{};
+      any.fill(1 << 20);
+      if (plan(p, config_for(p), any).splits == 0)
+        return "decode: block scales at K=" + std::to_string(p.k) + " need more than 8 K splits for the scale slices";
+    }
+    if (cuda_device_count() == 0) return "no GPU: " + cuda_unavailable_reason();
+    const DeviceInfo& d = device_info(-1);
+    if (!d.is_sm90())
+      return "decode: built for sm_90a; device " + std::to_string(d.index) + " is sm_" + std::to_string(d.sm_version());
+    return "";
+  }
+
+  void run(const GroupedProblem& p, const GroupedOperands& ops, cudaStream_t stream) const override {
+    const DeviceInfo& dev = device_info(-1);
+    const int config = config_for(p);
+    const KernelInfo& k = kernels_table()[config];
+    const Launch l = plan(p, config, resident_blocks(config, dev));
+    FP8ROUTE_CHECK_CAT(l.splits > 0 && l.clusters > 0, ErrorCategory::cuda_error,
+                       "decode: no cluster of the planned split fits on this GPU for " << to_string(p));
+    const bool masked = p.form == GroupedForm::masked;
+    dk::Params kp{};
+    kp.g = {ops.groups, static_cast<int>(p.experts), static_cast<int>(p.rows), masked, p.offsets_with_start};
+    kp.bsa = {ops.sa, ops.sa_stride_e, ops.sa_stride_t, ops.sa_stride_c, p.sa_storage == ScaleStorage::ue8m0_packed};
+    kp.sa = static_cast<const float*>(ops.sa);
+    kp.sb = ops.sb;
+    kp.out = ops.out;
+    kp.n = static_cast<int>(p.n);
+    kp.kblocks = static_cast<int>(ceil_div(p.k, dk::kKBlock));
+    kp.split_kblocks = l.split_kblocks;
+    kp.splits = l.splits;
+    kp.row_blocks = static_cast<int>(ceil_div(p.n, k.rows));
+    kp.scale_kind = static_cast<int>(p.scale);
+    kp.sa_per_expert = p.sa_per_expert;
+    const int64_t a_rows = masked ? p.experts * p.rows : p.rows;
+    const CUtensorMap wmap = expert_weight_map(ops.b, p.experts, p.n, p.k, k.rows, "grouped decode");
+    const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows, p.k, p.k, 8, "grouped decode");
+    const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), k.smem, dev.index);
+    LaunchShape s;
+    s.grid = dim3(static_cast<unsigned>(l.clusters), static_cast<unsigned>(l.splits));
+    s.block = dim3(dk::kThreads);
+    s.smem = k.smem;
+    if (l.splits > 1) s.cluster = dim3(1, l.splits, 1);
+    s.pdl = true;
+    launch_kernel(kernel, s, stream, wmap, amap, kp);
+  }
+};
+
+}  // namespace
+
+const GroupedBackend& decode_backend() {
+  static const DecodeBackend b;
+  return b;
+}
+
+}  // namespace fp8route::moe
