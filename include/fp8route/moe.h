@@ -9,7 +9,8 @@
 // | masked     | [E, M_max, K]   | masked_m [E]: rows [0, masked_m[e]) of e   | [E, M_max, N]   |
 //
 // No alignment of a group's rows is required. Rows of no group (before offsets[0], from the last
-// end on, and masked rows past masked_m[e]) are neither read nor written. Device counts are never
+// end on, and masked rows past masked_m[e]) are never written and reach no output (a tensor-core
+// backend may load their codes as part of a tile; docs/moe.md). Device counts are never
 // read by the host: masked_m[e] is clamped to [0, M_max] and offsets to [0, M_total] (start <= end),
 // so no value reads or writes out of bounds; offsets must be non-decreasing (overlapping groups give
 // unspecified values in the overlap, never an access out of bounds).

@@ -34,7 +34,7 @@ def grouped_scaled_mm(a, b, scale_a, scale_b, offsets=None, masked_m=None, out_d
     Contiguous form (offsets given): a [M_total, K] with rows grouped by expert, offsets int32 [E + 1]
     (start of expert 0, then each expert's end) or [E] (the ends: torch._scaled_grouped_mm's offs),
     out [M_total, N]. Masked form (masked_m given): a [E, M_max, K], masked_m int32 [E], out
-    [E, M_max, N]; rows past masked_m[e] are neither read nor written. b e4m3 [E, N, K].
+    [E, M_max, N]; rows past masked_m[e] are never written and reach no output. b e4m3 [E, N, K].
     scale: "tensor" (scale_a one element or [E], scale_b [E]), "row" (scale_a per token [M_total] or
     [E, M_max], scale_b [E, N]), "block" (scale_a the s of fp8route's group quant of a with group
     128, in scale_a_layout, f32 or int32 packed UE8M0; scale_b [E, ceil(N/128), ceil(K/128)]); None
