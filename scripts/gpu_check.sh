@@ -10,6 +10,7 @@
 #   routed-tp1, routed-tp8           fp8route bench --model all --configs all at that TP degree
 #   main                             fp8route (the main job)
 #   python                           bench/python_bench.py (fp8route vs torch._scaled_mm, Fp8Linear)
+#   moe                              bench/moe_bench.py (grouped GEMM backends vs torch._scaled_grouped_mm)
 # Logs go to $OUT (or /tmp/fp8route-out), packed into a few files.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,5 +42,7 @@ for b in ${FP8ROUTE_BENCH:-}; do
     python) PYTHONPATH="$build/pylib" FP8ROUTE_FFI_LIB="$build/python/fp8route/_fp8route_ffi.so" PYTHONUNBUFFERED=1 \
               python3 "$root/bench/python_bench.py" --json "$out/python_bench.json" | tee "$out/python_bench.txt" ;;
     torch) PYTHONUNBUFFERED=1 python3 "$root/bench/quant_torch.py" --json "$out/quant_torch.json" ${FP8ROUTE_TORCH_ARGS:-} | tee "$out/quant_torch.txt" ;;
+    moe) PYTHONPATH="$build/pylib" FP8ROUTE_FFI_LIB="$build/python/fp8route/_fp8route_ffi.so" PYTHONUNBUFFERED=1 \
+           python3 "$root/bench/moe_bench.py" --json "$out/moe_bench.json" | tee "$out/moe_bench.txt" ;;
   esac
 done

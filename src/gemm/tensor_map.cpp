@@ -58,4 +58,21 @@ CUtensorMap half_matrix_map(const void* ptr, int64_t rows, int64_t cols, int64_t
                    who);
 }
 
+CUtensorMap batched_byte_matrix_map(const void* ptr, int64_t batches, int64_t rows, int64_t cols, int box_rows,
+                                    const std::string& who) {
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(batches)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows * cols)};
+  const cuuint32_t box[3] = {128, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(ptr), dims, strides, box,
+                                 elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FP8ROUTE_CHECK_CAT(r == CUDA_SUCCESS, ErrorCategory::cuda_error,
+                     who << ": cuTensorMapEncodeTiled failed (" << int(r) << ") for a [" << batches << ", " << rows
+                         << ", " << cols << "] byte tensor");
+  return map;
+}
+
 }  // namespace fp8route::gemm

@@ -26,4 +26,10 @@ CUtensorMap float_matrix_map(const float* ptr, int64_t rows, int64_t cols, int64
 CUtensorMap half_matrix_map(const void* ptr, int64_t rows, int64_t cols, int64_t ld, int box_rows,
                             const std::string& who);
 
+// A [batches, rows, cols] byte tensor (contiguous), read in [box_rows x 128 B] boxes of one batch
+// with the 128-byte swizzle: rows past `rows` are zero-filled, so a box at one batch's last rows
+// never reads the next batch's (the grouped GEMMs' expert weights [E, N, K]).
+CUtensorMap batched_byte_matrix_map(const void* ptr, int64_t batches, int64_t rows, int64_t cols, int box_rows,
+                                    const std::string& who);
+
 }  // namespace fp8route::gemm

@@ -22,7 +22,6 @@
 #include "gemm/tensor_map.h"
 #include "moe/backend.h"
 #include "moe/decode/kernel.cuh"
-#include "moe/sm90/tensor_map.h"
 
 namespace fp8route::moe {
 namespace {
@@ -208,7 +207,7 @@ class DecodeBackend final : public GroupedBackend {
     kp.scale_kind = static_cast<int>(p.scale);
     kp.sa_per_expert = p.sa_per_expert;
     const int64_t a_rows = masked ? p.experts * p.rows : p.rows;
-    const CUtensorMap wmap = expert_weight_map(ops.b, p.experts, p.n, p.k, k.rows, "grouped decode");
+    const CUtensorMap wmap = gemm::batched_byte_matrix_map(ops.b, p.experts, p.n, p.k, k.rows, "grouped decode");
     const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows, p.k, p.k, 8, "grouped decode");
     const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
     allow_dynamic_smem(reinterpret_cast<const void*>(kernel), k.smem, dev.index);

@@ -19,7 +19,6 @@
 #include "fp8route/error.h"
 #include "gemm/tensor_map.h"
 #include "moe/backend.h"
-#include "moe/sm90/tensor_map.h"
 #include "moe/wgmma/kernel.cuh"
 
 namespace fp8route::moe {
@@ -97,7 +96,7 @@ class WgmmaBackend final : public GroupedBackend {
     kp.out_pairs = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(ops.out) % 4 == 0;
     const int64_t a_rows = masked ? p.experts * p.rows : p.rows;
     const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows, p.k, p.k, wk::kBM, "grouped wgmma");
-    const CUtensorMap bmap = expert_weight_map(ops.b, p.experts, p.n, p.k, wk::kBN, "grouped wgmma");
+    const CUtensorMap bmap = gemm::batched_byte_matrix_map(ops.b, p.experts, p.n, p.k, wk::kBN, "grouped wgmma");
     const int slots = resident_blocks(out_index, dev);
     FP8ROUTE_CHECK_CAT(slots > 0, ErrorCategory::cuda_error, "grouped wgmma: no block fits on this GPU");
     LaunchShape s;
