@@ -1,6 +1,6 @@
-// The skinny backend: launcher of kernels/gemm_skinny.cuh (small M, weight-read bound). Holds the
-// config list, the requirements (supports), the split-K rule and the split-K workspace (per
-// stream, or per captured graph: core/workspace.h).
+// The skinny backend: launcher of kernel.cuh (sm90_fp8_gemm_skinny; small M, weight-read bound).
+// Holds the config list, the requirements (supports), the split-K rule and the split-K workspace
+// (per stream, or per captured graph: core/workspace.h).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -1,4 +1,4 @@
-// The wgmma backend: launcher of kernel.cuh (block-scaled FP8 GEMM for prefill). Holds the config
+// The wgmma backend (kernel sm90_fp8_gemm_block): launcher of kernel.cuh (block-scaled FP8 GEMM for prefill). Holds the config
 // list, the requirements (supports) and the persistent grid size.
 
 #include <cuda.h>
@@ -22,12 +22,12 @@
 #include "fp8route/error.h"
 #include "gemm/backend.h"
 #include "gemm/tensor_map.h"
-#include "gemm/wgmma/kernel.cuh"
+#include "gemm/block/kernel.cuh"
 
 namespace fp8route::gemm {
 namespace {
 
-namespace wk = kernels::wgmma;
+namespace wk = kernels::block;
 
 struct WgmmaConfig {
   int bn;          // tile columns (the tile is 128 x bn)
