@@ -91,12 +91,10 @@ RowChunks row_chunks(int64_t per_thread, int threads, int unit) {
 
 // The decode kernel (kernels::group_quant_decode_kernel) for plain one-item launches of the two
 // E4M3 encodings while the launch has at most 2048 lanes (of 4 elements) per SM, 128 with packed
-// UE8M0 scales; else the general kernel. Measured on the H200 (bench/results/2026-11-30-quant-v4-h200,
-// general kernel -> decode kernel): T = 1, H = 4096: group 1.52 -> 1.36 us, fused silu 1.82 -> 1.48;
-// it stays ahead to T = 256, H = 4096 (silu 3.60 -> 3.15, group 2.44 -> 2.41) and is level or behind
-// past that (T = 256, H = 7168: group 3.06 -> 3.44). With packed UE8M0 scales it falls behind from
-// T = 32, H = 4096 (1.83 -> 1.93 us), probably because four warps there write the bytes of one scale word
-// (two in the general kernel; not profiled). Blocks of 64 threads were slower everywhere (1.43 us at T = 1).
+// UE8M0 scales; else the general kernel. Past those sizes the decode kernel's shorter chain per lane
+// no longer sets the time and the general kernel is level or ahead; with packed UE8M0 scales that
+// comes sooner, probably because four of its warps write the bytes of one scale word (two in the
+// general kernel). Blocks of 64 threads are slower at every size. Figures: docs/design.md, "Measurements behind the rules".
 bool use_decode_kernel(const GroupQuantParams& p, int64_t rows, bool fused) {
   const bool plain_fast = plain_launch(p) && group_enc(p) != kernels::GroupEnc::generic;
   const bool fits = rows <= 65535 && p.x_stride_t <= 0x7FFFFFFF && rows * p.hidden <= 0x7FFFFFFF;

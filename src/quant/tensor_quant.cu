@@ -140,8 +140,8 @@ void tensor_dynamic_two_launches(const RowQuantParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-// Thresholds measured on the H200 (bench/results/2026-11-30-quant-v2-h200/run7_tensor_paths.txt):
-// the cluster path beats two launches up to ~4096 vectors, the one-block path beats the cluster.
+// The launch shape by size: the one-block path is faster than the cluster below its limit, the
+// cluster faster than two launches up to ~4096 vectors (g_cluster_max_vecs; docs/design.md, "Measurements behind the rules").
 void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const TensorView& scale,
                               cudaStream_t stream) {
   check_row_input(x);

@@ -13,9 +13,9 @@ namespace fp8route::kernels {
 // stays in registers (all loads in flight at once, the values computed once); kRegVecs is the
 // smallest of 1, 2, 4, 8 that holds the row (token_reg_vecs), since registers held for vectors a
 // row does not have cost occupancy, and with one block per row the bytes in flight per SM are
-// blocks per SM x threads x loads per thread: a 4096-wide row held in 8-vector registers ran at 60%
-// of the copy bandwidth at T = 16384, in 2-vector ones at the group kernel's speed. kRegVecs = 0:
-// wider rows (more than 16384 elements) are read again from L1/L2 for the codes.
+// blocks per SM x threads x loads per thread (a prefill row held in more registers than it needs
+// leaves HBM short of loads; docs/design.md, "Measurements behind the rules"). kRegVecs = 0: wider rows (more
+// than 16384 elements) are read again from L1/L2 for the codes.
 constexpr int kTokenMaxRegVecs = 8;
 
 // The register vectors per thread for a row of `vecs` 8-element vectors (0: the two-read form).
