@@ -386,67 +386,6 @@ TEST(Route, HeldOutMInterpolates) {
   EXPECT_LE(geomean, 1.035);
 }
 
-// Automatic probing between probed M, offline: each catalog model held out of the table (as in
-// held_out_figures), this writes to $FP8ROUTE_DUMP, per held-out point, what Router::probe_candidates
-// draws from (the held-out router's ranked candidates that ran on the H200, each backend's
-// probe_configs, the heuristic's choice), the router's choice after a probe at AutoProbeConfig's
-// grid (recorded times standing in for the timings), and each config's tile along M.
-// bench/autoprobe_between_m.py reads it and compares probe grids, candidate counts and between-M
-// rules (docs/routing.md, "Automatic probing"). A tool, not a check: disabled.
-TEST(Route, DISABLED_DumpProbeCandidates) {
-  const char* path = std::getenv("FP8ROUTE_DUMP");
-  ASSERT_NE(path, nullptr);
-  const tools::ShapeCatalog catalog = tools::load_catalog(tools::default_catalog_path());
-  const std::map<Point, Times> all = points_of(h200_records());
-  const SupportsFn sup = measured_on_h200();
-  nlohmann::json out = nlohmann::json::array();
-  for (const std::string& model : catalog_models(catalog)) {
-    const auto [shapes, router] = hold_out(catalog, model, sup);
-    for (const auto& [pt, times] : all) {
-      const auto [scale, od, pn, pk, pm] = pt;
-      if (!shapes.count({pn, pk})) continue;
-      const GemmProblem p = make_problem(pm, pn, pk, scale, od);
-      nlohmann::json cand = nlohmann::json::array(), probed = nlohmann::json::array();
-      for (const auto& [b, c] : router.candidates(p)) {
-        if (!sup(b, c, p).empty()) continue;
-        cand.push_back({b, c});
-        if (cand.size() >= 12) break;
-      }
-      for (const gemm::GemmBackend* b : gemm::all_backends())
-        for (int c : b->probe_configs(p)) {
-          const std::string bn(b->name()), cn = b->configs()[c];
-          if (sup(bn, cn, p).empty()) probed.push_back({bn, cn});
-        }
-      const GemmChoice h = gemm_select(p);
-      nlohmann::json heur = sup(h.backend, h.config, p).empty() ? nlohmann::json{h.backend, h.config} : nlohmann::json();
-      // The router's own choice at M after a probe of the 13 powers of two (top 5, automatic
-      // probing's settings otherwise) timed the shape, the timings being the recorded ones:
-      // bench/autoprobe_between_m.py replays that grid (POW2) and checks its "current" rule
-      // against it. (The default grid has every recorded M on it.)
-      nlohmann::json routed;
-      ProbeOptions probe = AutoProbeConfig{}.probe;
-      probe.m_grid = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-      if (std::find(probe.m_grid.begin(), probe.m_grid.end(), pm) == probe.m_grid.end()) {
-        std::vector<MeasurementRecord> recs;
-        for (int64_t gm : probe.m_grid) {
-          const GemmProblem g = make_problem(gm, pn, pk, scale, od);
-          const Times& gt = all.at({scale, od, pn, pk, gm});
-          for (const auto& c : router.probe_candidates(g, probe.top))
-            recs.push_back({scale, od, pn, pk, gm, c.first, c.second, gt.at(c)});
-        }
-        const Route r = router.with_measurements(recs).select(p);
-        routed = {r.backend, r.config};
-      }
-      out.push_back({{"model", model}, {"scale", std::string(name(scale))}, {"n", pn}, {"k", pk}, {"m", pm},
-                     {"cand", cand}, {"probe", probed}, {"heur", heur}, {"routed", routed}});
-    }
-  }
-  nlohmann::json tiles = nlohmann::json::object();
-  for (const auto& pt : all)
-    for (const auto& [bc, us] : pt.second) tiles[bc.first + "/" + bc.second] = gemm::config_m_tile(bc.first, bc.second);
-  std::ofstream(path) << nlohmann::json{{"points", out}, {"tiles", tiles}}.dump();
-}
-
 // ---- table files ---------------------------------------------------------------------------------
 
 std::string temp_file(const std::string& name, const std::string& text) {
