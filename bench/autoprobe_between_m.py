@@ -4,13 +4,11 @@
 Each catalog model is held out of the table (as test_route's HeldOut* tests do); its shapes are
 "probed" at a grid G: the probe's timings are the recorded times (routes/h200-measurements.json) of
 the configs Router::probe_candidates would time at each M of G (the held-out router's top guesses,
-each backend's probe_configs, the heuristic's choice; dumped from the C++ router by
-test_route --gtest_also_run_disabled_tests --gtest_filter='*DumpProbeCandidates*' with
-FP8ROUTE_DUMP=FILE). Every recorded M not in G (between G's ends) is then routed by a between-M
-rule from those timings and compared with the best recorded time at that M.
+each backend's probe_configs, the heuristic's choice; dumped from the C++ router by the
+bench program probe_dump, bench/probe_dump.cpp). Every recorded M not in G (between G's ends) is
+then routed by a between-M rule from those timings and compared with the best recorded time at that M.
 
-  FP8ROUTE_SOURCE_DIR=. FP8ROUTE_DUMP=/tmp/dump.json build/verify/tests/test_route \
-      --gtest_also_run_disabled_tests --gtest_filter='*DumpProbeCandidates*'
+  build/release/probe_dump -o /tmp/dump.json
   python3 bench/autoprobe_between_m.py /tmp/dump.json
 
 The "current" rule is the router's (router.cpp interpolated(): configs measured at both neighbours,

@@ -286,9 +286,8 @@ TEST(Route, HeldOutModelGeomeanLossWithin5Percent) {
   for (const HeldOut& h : held_out_figures()) EXPECT_LE(h.geomean, 1.05) << h.model;
 }
 
-// Both held-out bounds with the load-time probe: on the shipped data, 0.00-0.03% geometric-mean
-// loss per model and no point over 20% (worst 1.10x), timing about 7 configs per point; the probe's
-// `top` at 1-4 instead of 5 leaves points over 20% (bench/results/2026-11-30-probe-h200).
+// Both held-out bounds with the load-time probe (docs/routing.md, "Probing"): the geometric-mean
+// loss per model, and no point over 20%.
 TEST(Route, HeldOutModelProbedWithin20Percent) {
   for (const HeldOut& h : held_out_figures()) {
     EXPECT_LE(h.probed_geomean, 1.05) << h.model;
@@ -296,28 +295,14 @@ TEST(Route, HeldOutModelProbedWithin20Percent) {
   }
 }
 
-// The worst-point bound by the table alone (no probe) does not hold: on the shipped data about 1.7%
-// of held-out points (103 of 6111) lose more than 20%, worst 27-80% per model, mostly row and block
-// scales at M = 1-256 where neighbouring shapes prefer different CUTLASS tiles, and cuBLASLt
-// heuristicN wins, which a rank cannot carry to another shape. The neighbour-weighting rules tried
-// instead of the geometric mean, and their counts, are in bench/results/README.md. With the probe
-// (HeldOutModelProbedWithin20Percent) the bound holds. FP8ROUTE_HELDOUT_LIST=1 lists the points over
-// 20%. Disabled so CI stays green; run it with --gtest_also_run_disabled_tests.
-TEST(Route, DISABLED_HeldOutModelWorstPointWithin20Percent) {
-  for (const HeldOut& h : held_out_figures()) EXPECT_LE(h.worst, 1.20) << h.model << ": " << h.worst_at;
-}
-
 // An M between two measured M of an entry: each interior measured M held out of every entry in
-// turn and routed from the rest (the time interpolated between its measured neighbours). Measured
-// on the 2026-11-30 data, the table of df3e427: 2.49% geometric-mean loss with CUTLASS times
-// interpolated in tiles along M (interpolation_weight, router.cpp); 3.57% with the rule before,
-// linearly in (log M, log time); taking the next measured M's choice, the breakpoint rule, lost
-// 5.5% on an earlier table.
+// turn and routed from the rest (the time interpolated between its measured neighbours; CUTLASS
+// times in tiles along M, interpolation_weight in router.cpp; docs/routing.md, "The router").
 // An exact entry measured only below M: every H200 entry measured to M = 4096 is cut at M = 64 and
 // at 256 in turn, and its measured M above the cut are routed by the nearest entries measured there
 // (find_entry). A Router over the cut table's slice for the shape chooses the same (LinearPlan's
-// router is such a slice). Measured on the shipped data: 2.00% and 1.50% geometric-mean loss (worst
-// 1.76x, 1.31x); the entry's own ranking at its largest M lost 60% and 8.4% (worst 5.7x, 3.2x).
+// router is such a slice); the entry's own ranking at its largest M would lose far more
+// (docs/routing.md, "The router").
 TEST(Route, ExactEntryMeasuredOnlyBelowM) {
   const std::map<Point, Times> all = points_of(h200_records());
   std::set<std::tuple<ScaleKind, DType, int64_t, int64_t>> full_range;
@@ -325,8 +310,7 @@ TEST(Route, ExactEntryMeasuredOnlyBelowM) {
     if (std::get<4>(pt) == 4096) full_range.insert({std::get<0>(pt), std::get<1>(pt), std::get<2>(pt), std::get<3>(pt)});
   ASSERT_GT(full_range.size(), 100u);
   // build_routing_table builds each entry from its own records alone, so the cut table is the full
-  // one with the one entry rebuilt (rebuilding all of it per entry, this test took 29 s on the
-  // 258-entry table; now 21 s, mostly the Routers made per entry).
+  // one with the one entry rebuilt (not all of it per entry, which costs this test a third more).
   const RoutingTable full = build_routing_table(h200_records(), h200_stamp());
   for (int64_t cut : {64, 256}) {
     double log_sum = 0, worst = 1;
@@ -400,67 +384,6 @@ TEST(Route, HeldOutMInterpolates) {
               over_3, 100 * (worst - 1));
   EXPECT_GT(n, 1000u);
   EXPECT_LE(geomean, 1.035);
-}
-
-// Automatic probing between probed M, offline: each catalog model held out of the table (as in
-// held_out_figures), this writes to $FP8ROUTE_DUMP, per held-out point, what Router::probe_candidates
-// draws from (the held-out router's ranked candidates that ran on the H200, each backend's
-// probe_configs, the heuristic's choice), the router's choice after a probe at AutoProbeConfig's
-// grid (recorded times standing in for the timings), and each config's tile along M.
-// bench/autoprobe_between_m.py reads it and compares probe grids, candidate counts and between-M
-// rules (docs/routing.md, "Automatic probing"). A tool, not a check: disabled.
-TEST(Route, DISABLED_DumpProbeCandidates) {
-  const char* path = std::getenv("FP8ROUTE_DUMP");
-  ASSERT_NE(path, nullptr);
-  const tools::ShapeCatalog catalog = tools::load_catalog(tools::default_catalog_path());
-  const std::map<Point, Times> all = points_of(h200_records());
-  const SupportsFn sup = measured_on_h200();
-  nlohmann::json out = nlohmann::json::array();
-  for (const std::string& model : catalog_models(catalog)) {
-    const auto [shapes, router] = hold_out(catalog, model, sup);
-    for (const auto& [pt, times] : all) {
-      const auto [scale, od, pn, pk, pm] = pt;
-      if (!shapes.count({pn, pk})) continue;
-      const GemmProblem p = make_problem(pm, pn, pk, scale, od);
-      nlohmann::json cand = nlohmann::json::array(), probed = nlohmann::json::array();
-      for (const auto& [b, c] : router.candidates(p)) {
-        if (!sup(b, c, p).empty()) continue;
-        cand.push_back({b, c});
-        if (cand.size() >= 12) break;
-      }
-      for (const gemm::GemmBackend* b : gemm::all_backends())
-        for (int c : b->probe_configs(p)) {
-          const std::string bn(b->name()), cn = b->configs()[c];
-          if (sup(bn, cn, p).empty()) probed.push_back({bn, cn});
-        }
-      const GemmChoice h = gemm_select(p);
-      nlohmann::json heur = sup(h.backend, h.config, p).empty() ? nlohmann::json{h.backend, h.config} : nlohmann::json();
-      // The router's own choice at M after a probe of the 13 powers of two (top 5, automatic
-      // probing's settings otherwise) timed the shape, the timings being the recorded ones:
-      // bench/autoprobe_between_m.py replays that grid (POW2) and checks its "current" rule
-      // against it. (The default grid has every recorded M on it.)
-      nlohmann::json routed;
-      ProbeOptions probe = AutoProbeConfig{}.probe;
-      probe.m_grid = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-      if (std::find(probe.m_grid.begin(), probe.m_grid.end(), pm) == probe.m_grid.end()) {
-        std::vector<MeasurementRecord> recs;
-        for (int64_t gm : probe.m_grid) {
-          const GemmProblem g = make_problem(gm, pn, pk, scale, od);
-          const Times& gt = all.at({scale, od, pn, pk, gm});
-          for (const auto& c : router.probe_candidates(g, probe.top))
-            recs.push_back({scale, od, pn, pk, gm, c.first, c.second, gt.at(c)});
-        }
-        const Route r = router.with_measurements(recs).select(p);
-        routed = {r.backend, r.config};
-      }
-      out.push_back({{"model", model}, {"scale", std::string(name(scale))}, {"n", pn}, {"k", pk}, {"m", pm},
-                     {"cand", cand}, {"probe", probed}, {"heur", heur}, {"routed", routed}});
-    }
-  }
-  nlohmann::json tiles = nlohmann::json::object();
-  for (const auto& pt : all)
-    for (const auto& [bc, us] : pt.second) tiles[bc.first + "/" + bc.second] = gemm::config_m_tile(bc.first, bc.second);
-  std::ofstream(path) << nlohmann::json{{"points", out}, {"tiles", tiles}}.dump();
 }
 
 // ---- table files ---------------------------------------------------------------------------------

@@ -42,6 +42,8 @@
 #include "fp8route/quant_layout.h"
 #include "fp8route/route.h"
 #include "fp8route/version.h"
+#include "route/explain_policy.h"
+#include "route/record_check.h"
 
 namespace {
 
@@ -373,11 +375,10 @@ String explain(int64_t m, int64_t n, int64_t k, String scale, String out, String
                                                      fp8route::parse_dtype(std::string(out), "out_dtype"));
     p.accum = fp8route::parse_accum(std::string(accum));
     const auto router = fp8route::default_router();
-    if (fp8route::cuda_device_count() > 0) return String(router->explain(p));
-    // No GPU: the backends cannot answer for this machine; show the table's choice as measured.
-    const fp8route::Router as_measured(router->table(), [](std::string_view, std::string_view,
-                                                           const fp8route::GemmProblem&) { return std::string(); });
-    return String("no GPU here (" + fp8route::cuda_unavailable_reason() +
+    const fp8route::ExplainPolicy policy = fp8route::explain_policy();
+    if (!policy.as_measured) return String(router->explain(p));
+    const fp8route::Router as_measured(router->table(), policy.supports);
+    return String("no GPU here (" + policy.no_gpu_reason +
                   "): the table's choice as measured, without checking this machine's backends\n" +
                   as_measured.explain(p));
   });
@@ -406,26 +407,14 @@ void save_table(String path, Array<Any> timings) {
     for (size_t i = 0; i < timings.size(); ++i) {
       const std::optional<Dict> t = timings[i].try_cast<Dict>();
       FP8ROUTE_CHECK(t.has_value(), "timings[" << i << "]: a dict expected");
-      fp8route::MeasurementRecord r;
       const std::string scale(field<String>(*t, "scale", i));
       const std::string out = t->count("out") ? std::string(field<String>(*t, "out", i)) : "bf16";
-      r.n = field<int64_t>(*t, "n", i), r.k = field<int64_t>(*t, "k", i), r.m = field<int64_t>(*t, "m", i);
-      r.backend = std::string(field<String>(*t, "backend", i));
-      r.config = std::string(field<String>(*t, "config", i));
-      r.us = field<double>(*t, "us", i);
-      try {
-        r.scale = fp8route::parse_scale_kind(scale);
-        r.out = fp8route::parse_dtype(out, "out");
-      } catch (const fp8route::Error& e) {
-        FP8ROUTE_FAIL(fp8route::ErrorCategory::invalid_argument, "timings[" << i << "]: " << e.what());
-      }
-      FP8ROUTE_CHECK(r.m >= 1 && r.n >= 1 && r.k >= 1 && r.us > 0,
-                     "timings[" << i << "]: m, n, k >= 1 and us > 0, got m=" << r.m << " n=" << r.n << " k=" << r.k
-                                << " us=" << r.us);
-      const std::vector<std::string> configs = fp8route::gemm_configs(r.backend);
-      FP8ROUTE_CHECK(std::find(configs.begin(), configs.end(), r.config) != configs.end(),
-                     "timings[" << i << "]: backend " << r.backend << " has no config '" << r.config << "'");
-      records.push_back(std::move(r));
+      const int64_t n = field<int64_t>(*t, "n", i), k = field<int64_t>(*t, "k", i), m = field<int64_t>(*t, "m", i);
+      std::string backend(field<String>(*t, "backend", i));
+      std::string config(field<String>(*t, "config", i));
+      const double us = field<double>(*t, "us", i);
+      records.push_back(fp8route::checked_measurement_record("timings[" + std::to_string(i) + "]", m, n, k, scale, out,
+                                                             std::move(backend), std::move(config), us));
     }
     fp8route::save_routing_table(fp8route::default_router()->with_measurements(records).table(), std::string(path));
   });

@@ -128,9 +128,8 @@ int wave_clusters(const AttnKernel& k, int splits, int device) {
 // most, up to 8 and one per 32 positions, that keep the grid within about one block per SM and
 // its clusters within one wave of resident clusters (a second wave of clusters doubles the time).
 // While that leaves fewer blocks than half the SMs, G halves (more blocks, each re-reading its kv
-// head's cache from L2). Measured over every G x splits on Llama-3.1-8B, a 70B TP-8 and a 72B TP-4
-// rank at batch 1-64, kv 1024 and 4096: within 5% of the best pair (geometric mean; 30% at worst),
-// where filling every SM twice with splits lost 49%.
+// head's cache from L2). Filling every SM twice with splits instead is slower. The rule against every
+// G x splits: docs/design.md, "Measurements behind the rules".
 struct AttnLaunch {
   int g, splits;
 };

@@ -15,7 +15,7 @@
 // code or a scale.
 
 #include "core/griddep.cuh"
-#include "quant/kernel.cuh"
+#include "quant/common.cuh"
 
 namespace fp8route::kernels {
 

@@ -31,6 +31,7 @@
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
 #include "gemm/backend.h"
+#include "route/explain_policy.h"
 #include "workload.h"
 
 namespace fp8route::cli {
@@ -258,11 +259,10 @@ int run_bench(const BenchOptions& opt) {
   if (!opt.table.empty()) load_default_table(opt.table);
   std::shared_ptr<const Router> router = default_router();
 
-  if (cuda_device_count() == 0) {
-    if (!opt.main_job) FP8ROUTE_FAIL(ErrorCategory::unsupported, "bench needs a GPU: " << cuda_unavailable_reason());
-    const SupportsFn as_measured = [](std::string_view, std::string_view, const GemmProblem&) { return std::string(); };
+  if (const ExplainPolicy policy = explain_policy(); policy.as_measured) {
+    if (!opt.main_job) FP8ROUTE_FAIL(ErrorCategory::unsupported, "bench needs a GPU: " << policy.no_gpu_reason);
     const std::string path = opt.table.empty() ? default_table_path() : opt.table;
-    return print_plan(w, Router::from_file(path, as_measured));
+    return print_plan(w, Router::from_file(path, policy.supports));
   }
   std::string json_path = opt.json_path;
   if (json_path.empty() && !opt.plot_path.empty()) json_path = opt.plot_path + ".json";

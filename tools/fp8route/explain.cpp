@@ -7,10 +7,10 @@
 
 #include "common/shapes.h"
 #include "commands.h"
-#include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
+#include "route/explain_policy.h"
 
 namespace fp8route::cli {
 
@@ -18,14 +18,13 @@ int run_explain(const ExplainOptions& opt) {
   FP8ROUTE_CHECK(opt.m >= 1, "--m: must be >= 1, got " << opt.m);
   FP8ROUTE_CHECK(!opt.model.empty() || (opt.n >= 1 && opt.k >= 1),
                  "--n and --k (or --model) are required, got n=" << opt.n << " k=" << opt.k);
-  // Without a GPU the backends cannot answer for this machine; the plan is then the table's, as
-  // measured on its GPU (every problem explained here is aligned, the one static rule that remains).
-  const bool gpu = cuda_device_count() > 0;
-  if (!gpu)
+  // Without a GPU, the table's plan as measured on its GPU (route/explain_policy.h); every problem
+  // explained here is aligned.
+  const ExplainPolicy policy = explain_policy();
+  if (policy.as_measured)
     std::printf("no GPU here (%s): showing the table's choices as measured, without checking this "
-                "machine's backends\n\n", cuda_unavailable_reason().c_str());
-  const SupportsFn as_measured = [](std::string_view, std::string_view, const GemmProblem&) { return std::string(); };
-  const SupportsFn supports = gpu ? SupportsFn(gemm_supports) : as_measured;
+                "machine's backends\n\n", policy.no_gpu_reason.c_str());
+  const SupportsFn& supports = policy.supports;
   // A table named with --table must load (Error(io_error) naming it); the default one falls back to
   // the heuristic rules, as scaled_mm does, and explain() says so.
   const Router router = opt.table.empty() ? Router::from_file(default_table_path(), supports)

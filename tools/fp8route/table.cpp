@@ -1,5 +1,5 @@
 // fp8route table build: a routing table from the measurement files a manifest names, in the order
-// they apply; how the shipped routes/h200.json is made from the H200 runs under bench/results/
+// they apply; how the shipped routes/h200.json is made from the H200 runs its manifest names
 // (test_route checks that routes/h200.sources.json builds it byte for byte). No GPU needed.
 //
 //   fp8route table build routes/h200.sources.json -o routes/h200.json \

@@ -132,7 +132,7 @@ int run_tune(const TuneOptions& opt) {
         std::vector<timing::Measurement> ms = timing::measure_gemms(ops, choices, mo);
         // --final: a near-tie (configs within final_pct% of the best) timed once more, only those
         // side by side and with more graph instances: the mix a bench of the routed call runs in,
-        // and less noise where the choice is close (bench/results/2026-11-30-routed-v3-h200).
+        // and less noise where the choice is close (docs/routing.md).
         std::vector<std::pair<std::string, std::string>> final_round;
         std::vector<double> full_round_us;  // the final round's configs, their full-round times
         if (opt.final_pct > 0 && opt.final_instances > mo.instances) {

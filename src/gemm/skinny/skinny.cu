@@ -1,6 +1,6 @@
-// The skinny backend: launcher of kernels/gemm_skinny.cuh (small M, weight-read bound). Holds the
-// config list, the requirements (supports), the split-K rule and the split-K workspace (per
-// stream, or per captured graph: core/workspace.h).
+// The skinny backend: launcher of kernel.cuh (sm90_fp8_gemm_skinny; small M, weight-read bound).
+// Holds the config list, the requirements (supports), the split-K rule and the split-K workspace
+// (per stream, or per captured graph: core/workspace.h).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -96,10 +96,10 @@ struct Launch {
 // K slices of whole 128-wide blocks (block scales are applied per K block before any sum), and
 // slices no longer than the activations' shared-memory budget allows. The splits of a row range
 // form a cluster when all the clusters fit the GPU at once (resident_blocks), else they meet in
-// global memory: a cluster launch that needs a second wave was up to 1.4x slower than the global
-// path in the same run (H200, bench/results/2026-11-30-skinny-v2-h200), and a rule that split K
-// further to fill the last wave (more, shorter blocks) was up to 2.2x slower: each block pays a
-// fixed start (first HBM round trip) and end (the sums) that short K slices do not amortize.
+// global memory: a cluster launch that needs a second wave is slower than the global path, and
+// splitting K further to fill the last wave (more, shorter blocks) is slower still: each block pays
+// a fixed start (first HBM round trip) and end (the sums) that short K slices do not amortize
+// (docs/design.md, "Measurements behind the rules").
 Launch plan(const GemmProblem& p, const SkinnyConfig& c, const DeviceInfo& dev) {
   Launch l;
   const int rows = 16 * c.row_tiles;

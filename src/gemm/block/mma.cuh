@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace fp8route::kernels::wgmma {
+namespace fp8route::kernels::block {
 
 template <int N>
 struct Mma;
@@ -155,4 +155,4 @@ struct Mma<256> {
   }
 };
 
-}  // namespace fp8route::kernels::wgmma
+}  // namespace fp8route::kernels::block

@@ -1,26 +1,26 @@
-// Launchers of the quantization family: argument checks, parameters, dispatch, launch.
-// Device code: src/quant/kernel.cuh.
+// Launchers of the per-token-group quantization (plain, fused silu_and_mul, masked, scatter):
+// argument checks, parameters, dispatch, launch. Device code: group_kernel.cuh.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "core/checks.h"
-#include "core/launch.h"
 #include "core/cuda_check.h"
+#include "core/launch.h"
 #include "core/workspace.h"
 #include "fp8route/device.h"
-#include "quant/kernel.cuh"
 #include "fp8route/quant.h"
+#include "quant/group_kernel.cuh"
+#include "quant/launch_common.h"
 #include "quant/quant_internal.h"
 
 namespace fp8route::kernels {
 
-// Non-template kernels live here, not in kernel.cuh: that header is included by more than one
-// translation unit.
 // Scatter: owner[d] = the largest entry i = t * topk + j with src2dst[i] = d, over owner preset to
 // -1, so that a destination row several entries name is written by exactly one of them.
 constexpr int kOwnerThreads = 256;
@@ -31,20 +31,6 @@ __global__ void __launch_bounds__(kOwnerThreads) scatter_owner_kernel(const int3
     const int32_t d = src2dst[i];
     if (d >= 0 && d < rows) atomicMax(owner + d, static_cast<int32_t>(i));
   }
-}
-
-// Test support: counts the floats a in [first, end) (bit patterns) where the scale divisions of
-// make_scale differ from __fdiv_rn (GroupQuantGpu.ScaleDivisionsExactOverTheWholeRange).
-__global__ void scale_division_mismatch_kernel(float qmax, uint32_t first, uint32_t end,
-                                               unsigned long long* mismatches) {
-  unsigned long long bad = 0;
-  for (uint64_t b = first + static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < end;
-       b += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    const float a = __uint_as_float(static_cast<uint32_t>(b));
-    bad += __float_as_uint(qmax_div(qmax, a)) != __float_as_uint(__fdiv_rn(qmax, a));
-    bad += __float_as_uint(div_by_qmax(a, qmax)) != __float_as_uint(__fdiv_rn(a, qmax));
-  }
-  if (bad) atomicAdd(mismatches, bad);
 }
 
 }  // namespace fp8route::kernels
@@ -59,25 +45,11 @@ using detail::check_ndim;
 using detail::check_no_overlap;
 using detail::check_same_device;
 using kernels::GroupQuantParams;
-using kernels::RowQuantParams;
-
-static_assert(kernels::kAmaxFloorDevice == kAmaxFloor, "device and host amax floors must agree");
+using quant_launch::check_sm90;
+using quant_launch::dispatch_float;
+using quant_launch::pdl_shape;
 
 namespace {
-
-void check_sm90() { detail::check_sm90_device("quantization kernels"); }
-
-// Calls f.template operator()<CudaType>() for a 16/32-bit float dtype.
-template <class F>
-void dispatch_float(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::f16: return f.template operator()<__half>();
-    case DType::bf16: return f.template operator()<__nv_bfloat16>();
-    default: break;
-  }
-  FP8ROUTE_CHECK(false, "x: dtype " << dtype_name(t) << " is not f32, f16 or bf16");
-}
 
 // Items per thread: 4 (bytes in flight) once the launch has more vectors than the GPU has
 // threads to give them, else 1 (shorter chains over more blocks). FP8ROUTE's benchmark can force
@@ -88,13 +60,6 @@ int g_force_items = 0;
 int g_group_threads = 0;
 // Elements per lane of decode-sized plain launches (0: the rule below; detail::force_group_vec).
 int g_force_vec = 0;
-// Largest tensor (in 8-element vectors) the dynamic per-tensor quant runs as one cluster launch
-// (smaller ones may take the one-block path first; larger ones, two launches). detail::set_tensor_cluster_max_vecs lets the benchmark move it.
-int64_t g_cluster_max_vecs = 4096;
-
-// Every quant kernel is launched with programmatic dependent launch (core/launch.h): it may start
-// while the previous kernel finishes and waits (griddep_wait) before its first read.
-LaunchShape pdl_shape(dim3 grid, dim3 block) { return LaunchShape{grid, block, 0, dim3(0, 0, 0), true}; }
 
 int group_items(int64_t rows, int64_t vecs_per_row) {
   if (g_force_items) return g_force_items;
@@ -126,12 +91,10 @@ RowChunks row_chunks(int64_t per_thread, int threads, int unit) {
 
 // The decode kernel (kernels::group_quant_decode_kernel) for plain one-item launches of the two
 // E4M3 encodings while the launch has at most 2048 lanes (of 4 elements) per SM, 128 with packed
-// UE8M0 scales; else the general kernel. Measured on the H200 (bench/results/2026-11-30-quant-v4-h200,
-// general kernel -> decode kernel): T = 1, H = 4096: group 1.52 -> 1.36 us, fused silu 1.82 -> 1.48;
-// it stays ahead to T = 256, H = 4096 (silu 3.60 -> 3.15, group 2.44 -> 2.41) and is level or behind
-// past that (T = 256, H = 7168: group 3.06 -> 3.44). With packed UE8M0 scales it falls behind from
-// T = 32, H = 4096 (1.83 -> 1.93 us), probably because four warps there write the bytes of one scale word
-// (two in the general kernel; not profiled). Blocks of 64 threads were slower everywhere (1.43 us at T = 1).
+// UE8M0 scales; else the general kernel. Past those sizes the decode kernel's shorter chain per lane
+// no longer sets the time and the general kernel is level or ahead; with packed UE8M0 scales that
+// comes sooner, probably because four of its warps write the bytes of one scale word (two in the
+// general kernel). Blocks of 64 threads are slower at every size. Figures: docs/design.md, "Measurements behind the rules".
 bool use_decode_kernel(const GroupQuantParams& p, int64_t rows, bool fused) {
   const bool plain_fast = plain_launch(p) && group_enc(p) != kernels::GroupEnc::generic;
   const bool fits = rows <= 65535 && p.x_stride_t <= 0x7FFFFFFF && rows * p.hidden <= 0x7FFFFFFF;
@@ -380,112 +343,6 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   });
 }
 
-// x [T, H] of the per-token and per-tensor ops: any H >= 1, any row stride >= H, a pointer aligned
-// to its element (the kernels pick their vector or any-width form by the layout: vector_rows).
-void check_row_input(const TensorView& x) {
-  check_device_tensor(x, "x");
-  check_dtype(x, "x", {DType::bf16, DType::f16, DType::f32});
-  check_ndim(x, "x", 2, "[T, H]");
-  FP8ROUTE_CHECK(x.stride(1) == 1, "x: last dim must be contiguous (stride 1), got " << to_string(x));
-  FP8ROUTE_CHECK(x.size(1) > 0, "x: H = " << x.size(1) << " must be positive");
-  check_aligned(x.data, dtype_size(x.dtype), "x");
-  FP8ROUTE_CHECK(x.stride(0) >= x.size(1), "x: row stride must be >= H, got " << to_string(x));
-}
-
-// q [T, H] beside x; H = x's last dim unless given (the fused form's x is [T, 2H]).
-void check_codes(const TensorView& q, const TensorView& x, int64_t hidden = -1) {
-  check_device_tensor(q, "q");
-  check_dtype(q, "q", {DType::e4m3, DType::i8});
-  const int64_t shape[2] = {x.size(0), hidden < 0 ? x.size(1) : hidden};
-  check_contiguous_shape(q, "q", shape, 2);
-  check_same_device(q, "q", x, "x");
-  check_no_overlap(q, "q", x, "x");
-}
-
-// The scale tensor of a row or tensor quant (s or scale) beside x and q: one device; an output
-// scale shares no byte with x or q, an input one none with q.
-void check_scale_operand(const TensorView& t, const char* name, bool output, const TensorView& x, const TensorView& q) {
-  check_same_device(t, name, x, "x");
-  check_no_overlap(q, "q", t, name);
-  if (output) check_no_overlap(t, name, x, "x");
-}
-
-void check_scalar_f32(const TensorView& t, const char* name) {
-  check_device_tensor(t, name);
-  check_dtype(t, name, {DType::f32});
-  FP8ROUTE_CHECK(t.numel() == 1, name << ": expected one f32 element, got " << to_string(t));
-  check_aligned(t.data, 4, name);
-}
-
-RowQuantParams row_params(const TensorView& x, const TensorView& q) {
-  RowQuantParams p{};
-  p.x = x.data;
-  p.x_stride_t = x.stride(0);
-  p.rows = x.size(0);
-  p.hidden = x.size(1);
-  p.q = static_cast<uint8_t*>(q.data);
-  p.qmax = code_qmax(q.dtype);
-  p.int8 = q.dtype == DType::i8;
-  return p;
-}
-
-// Whether the row kernels may take their vector form (kernel.cuh, "Rows of any width"): H a
-// multiple of 8, every row of x 16-byte aligned (in the fused form the up half too, H elements into
-// the row) and every row of q 8-byte aligned. Set p.hidden (the fused form's H) first.
-bool vector_rows(const RowQuantParams& p, DType x_dtype) {
-  const auto address = [](const void* a) { return reinterpret_cast<uintptr_t>(a); };
-  return p.hidden % kernels::kQuantVec == 0 && address(p.x) % 16 == 0 && address(p.q) % 8 == 0 &&
-         (p.rows <= 1 || p.x_stride_t * dtype_size(x_dtype) % 16 == 0);
-}
-
-// 8-element vectors of x, ceil(H / 8) per row.
-int64_t row_vectors(const RowQuantParams& p) {
-  return p.rows * ((p.hidden + kernels::kQuantVec - 1) / kernels::kQuantVec);
-}
-
-// The per-tensor ops' parameters. A contiguous x whose rows do not suit the vector form (H % 8 != 0)
-// is one row of T * H elements to them (the codes are as contiguous as x), so that only the tensor's
-// last vector is partial and the rest take the wide loads and stores where x and q are aligned.
-RowQuantParams tensor_params(const TensorView& x, const TensorView& q) {
-  RowQuantParams p = row_params(x, q);
-  if (x.size(0) > 1 && x.stride(0) == x.size(1) && !vector_rows(p, x.dtype)) {
-    p.rows = 1;
-    p.hidden = p.x_stride_t = x.numel();
-  }
-  return p;
-}
-
-// The per-token kernel for rows of p.hidden elements, with the register vectors such a row needs
-// (kernel.cuh, token_reg_vecs).
-template <class InT, bool kFused, bool kAligned>
-void launch_token_rows(const RowQuantParams& p, const LaunchShape& shape, cudaStream_t stream) {
-  const int64_t vecs = (p.hidden + kernels::kQuantVec - 1) / kernels::kQuantVec;
-  switch (kernels::token_reg_vecs(vecs)) {
-    case 1: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 1>, shape, stream, p); break;
-    case 2: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 2>, shape, stream, p); break;
-    case 4: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 4>, shape, stream, p); break;
-    case 8: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 8>, shape, stream, p); break;
-    default: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 0>, shape, stream, p); break;
-  }
-}
-
-// Calls f.template operator()<CudaType, kAligned>() for the input dtype and the row kernels' form.
-template <class F>
-void dispatch_row(DType t, bool aligned, F&& f) {
-  dispatch_float(t, [&]<class InT>() {
-    if (aligned) f.template operator()<InT, true>();
-    else f.template operator()<InT, false>();
-  });
-}
-
-// Enough blocks to fill the GPU for the grid-stride per-tensor kernels, never more than the work.
-unsigned tensor_blocks(const RowQuantParams& p) {
-  const int64_t vecs = row_vectors(p);
-  const int64_t want = (vecs + kernels::kRowThreads - 1) / kernels::kRowThreads;
-  const int64_t cap = static_cast<int64_t>(device_info(-1).sm_count) * 8;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap)));
-}
-
 }  // namespace
 
 namespace detail {
@@ -506,23 +363,6 @@ void force_group_threads(int threads) {
                  "threads: 0 (automatic) or a multiple of 32 in [32, " << kernels::kGroupThreads
                                                                         << "], got " << threads);
   g_group_threads = threads;
-}
-
-void set_tensor_cluster_max_vecs(int64_t vecs) {
-  FP8ROUTE_CHECK(vecs >= 0, "vecs: must be >= 0, got " << vecs);
-  g_cluster_max_vecs = vecs;
-}
-int64_t tensor_cluster_max_vecs() { return g_cluster_max_vecs; }
-
-unsigned long long scale_division_mismatches(float qmax) {
-  DeviceBuffer count(sizeof(unsigned long long));
-  FP8ROUTE_CUDA_CHECK(cudaMemset(count.data(), 0, sizeof(unsigned long long)));
-  kernels::scale_division_mismatch_kernel<<<device_info(-1).sm_count * 8, 256>>>(
-      qmax, std::bit_cast<uint32_t>(kAmaxFloor), 0x7F800000u, static_cast<unsigned long long*>(count.data()));
-  FP8ROUTE_CHECK_LAUNCH();
-  unsigned long long n = 0;
-  FP8ROUTE_CUDA_CHECK(cudaMemcpy(&n, count.data(), sizeof n, cudaMemcpyDeviceToHost));
-  return n;
 }
 }  // namespace detail
 
@@ -579,148 +419,6 @@ void scatter_per_token_group_quant(const TensorView& x, const TensorView& src2ds
                                    const GroupQuantSpec& spec, const TensorView& q,
                                    const TensorView& s, cudaStream_t stream) {
   group_quant(x, nullptr, &src2dst, spec, q, s, false, Form::scatter, stream);
-}
-
-namespace {
-
-// per_token_quant, or (fused) silu_and_mul of x [T, 2H] then per_token_quant of the result.
-void token_quant(const TensorView& x, const TensorView& q, const TensorView& s, ScaleRounding rounding, bool fused,
-                 cudaStream_t stream) {
-  check_row_input(x);
-  if (fused)
-    FP8ROUTE_CHECK(x.size(1) % 2 == 0, "x: the fused silu_and_mul form takes [T, 2 x hidden] ([gate | up]): its last "
-                                         "dim must be even, got " << to_string(x));
-  const int64_t hidden = fused ? x.size(1) / 2 : x.size(1);
-  check_codes(q, x, hidden);
-  check_device_tensor(s, "s");
-  check_dtype(s, "s", {DType::f32});
-  const int64_t shape[1] = {x.size(0)};
-  check_contiguous_shape(s, "s", shape, 1);
-  check_aligned(s.data, 4, "s");
-  check_scale_operand(s, "s", true, x, q);
-  FP8ROUTE_CHECK(rounding == ScaleRounding::none || rounding == ScaleRounding::pow2, "rounding: not none or pow2");
-  FP8ROUTE_CHECK(x.size(0) <= 0x7FFFFFFF, "x: at most 2^31-1 rows, got " << x.size(0));
-  // The kernel walks a row's vectors with int offsets (v * 8): a row must stay below 2^31 elements.
-  FP8ROUTE_CHECK(x.size(1) <= 0x7FFFFFFF, "x: H = " << x.size(1) << " must be < 2^31 (one row's elements are indexed in int32)");
-  if (x.size(0) == 0) return;
-  check_sm90();
-  RowQuantParams p = row_params(x, q);
-  p.hidden = hidden;
-  p.s = static_cast<float*>(s.data);
-  p.pow2 = rounding == ScaleRounding::pow2;
-  const LaunchShape grid_shape = pdl_shape(dim3(static_cast<unsigned>(x.size(0))), kernels::kRowThreads);
-  dispatch_row(x.dtype, vector_rows(p, x.dtype), [&]<class InT, bool kAligned>() {
-    if (fused) launch_token_rows<InT, true, kAligned>(p, grid_shape, stream);
-    else launch_token_rows<InT, false, kAligned>(p, grid_shape, stream);
-    FP8ROUTE_CHECK_LAUNCH();
-  });
-}
-
-}  // namespace
-
-void per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
-                     ScaleRounding rounding, cudaStream_t stream) {
-  token_quant(x, q, s, rounding, false, stream);
-}
-
-void silu_and_mul_per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
-                                  ScaleRounding rounding, cudaStream_t stream) {
-  token_quant(x, q, s, rounding, true, stream);
-}
-
-void per_tensor_quant_static(const TensorView& x, const TensorView& scale, const TensorView& q,
-                             cudaStream_t stream) {
-  check_row_input(x);
-  check_codes(q, x);
-  check_scalar_f32(scale, "scale");
-  check_scale_operand(scale, "scale", false, x, q);
-  if (x.size(0) == 0) return;
-  check_sm90();
-  RowQuantParams p = tensor_params(x, q);
-  p.static_scale = static_cast<const float*>(scale.data);
-  dispatch_row(x.dtype, vector_rows(p, x.dtype), [&]<class InT, bool kAligned>() {
-    launch_kernel(kernels::tensor_quant_kernel<InT, true, kAligned>, pdl_shape(dim3(tensor_blocks(p)), kernels::kRowThreads),
-                  stream, p, static_cast<const float*>(nullptr));
-    FP8ROUTE_CHECK_LAUNCH();
-  });
-}
-
-namespace {
-
-// The three launch shapes of the dynamic per-tensor quant (per_tensor_quant_dynamic picks one).
-
-// The whole tensor (contiguous rows, at most kTensorOneBlockVecs vectors) as one row of the per-token
-// kernel: one block, registers, one launch, the same arithmetic.
-constexpr int64_t kTensorOneBlockVecs = 4 * kernels::kRowThreads;
-
-template <class InT, bool kAligned>
-void tensor_dynamic_one_block(RowQuantParams p, int64_t numel, cudaStream_t stream) {
-  p.rows = 1;
-  p.hidden = p.x_stride_t = numel;
-  launch_token_rows<InT, false, kAligned>(p, pdl_shape(dim3(1), kernels::kRowThreads), stream);
-  FP8ROUTE_CHECK_LAUNCH();
-}
-
-// One cluster launch and one read, the vectors spread over up to 8 blocks (one block would be
-// instruction-bound: ~150 instructions per vector on one SM).
-template <class InT, bool kAligned>
-void tensor_dynamic_cluster(const RowQuantParams& p, int64_t vecs, cudaStream_t stream) {
-  const int64_t blocks = std::min<int64_t>(kernels::kClusterMaxBlocks,
-                                           (vecs + kernels::kClusterThreads - 1) / kernels::kClusterThreads);
-  const int per_thread =
-      static_cast<int>((vecs + blocks * kernels::kClusterThreads - 1) / (blocks * kernels::kClusterThreads));
-  launch_kernel(kernels::tensor_quant_cluster_kernel<InT, kAligned>,
-                LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kernels::kClusterThreads), 0,
-                            dim3(static_cast<unsigned>(blocks)), true},
-                stream, p, per_thread);
-}
-
-// Two launches, the amax (its last block also writes the scale) and the codes, sharing a workspace
-// that the amax kernel leaves zeroed for the next call: one per stream, or per graph under capture
-// (core/workspace.h), so that graphs replayed at once never mix their amax, block count or
-// multiplier.
-template <class InT, bool kAligned>
-void tensor_dynamic_two_launches(const RowQuantParams& p, cudaStream_t stream) {
-  int dev = 0;
-  FP8ROUTE_CUDA_CHECK(cudaGetDevice(&dev));
-  static Workspaces workspaces{"per-tensor amax workspace", /*zero_new=*/true};
-  auto* ws = static_cast<kernels::TensorAmaxWorkspace*>(
-      workspaces.get(dev, sizeof(kernels::TensorAmaxWorkspace), stream, "per_tensor_quant_dynamic"));
-  const unsigned blocks = tensor_blocks(p);
-  launch_kernel(kernels::tensor_amax_kernel<InT, kAligned>, pdl_shape(dim3(blocks), kernels::kRowThreads), stream, p, ws);
-  FP8ROUTE_CHECK_LAUNCH();
-  if (p.rows > 0) {
-    launch_kernel(kernels::tensor_quant_kernel<InT, false, kAligned>, pdl_shape(dim3(blocks), kernels::kRowThreads),
-                  stream, p, static_cast<const float*>(&ws->multiplier));
-    FP8ROUTE_CHECK_LAUNCH();
-  }
-}
-
-}  // namespace
-
-// Thresholds measured on the H200 (bench/results/2026-11-30-quant-v2-h200/run7_tensor_paths.txt):
-// the cluster path beats two launches up to ~4096 vectors, the one-block path beats the cluster.
-void per_tensor_quant_dynamic(const TensorView& x, const TensorView& q, const TensorView& scale,
-                              cudaStream_t stream) {
-  check_row_input(x);
-  check_codes(q, x);
-  check_scalar_f32(scale, "scale");
-  check_scale_operand(scale, "scale", true, x, q);
-  check_sm90();  // an empty x still has its scale written: amax 0, the floor's scale
-  RowQuantParams p = tensor_params(x, q);
-  p.s = static_cast<float*>(scale.data);
-  const int64_t vecs = row_vectors(p);
-  const bool contiguous = x.stride(0) == x.size(1);
-  dispatch_row(x.dtype, vector_rows(p, x.dtype), [&]<class InT, bool kAligned>() {
-    constexpr int64_t kClusterCapacity =
-        int64_t{kernels::kClusterMaxBlocks} * kernels::kClusterThreads * kernels::kClusterVecs<InT>;
-    if (x.size(0) > 0 && contiguous && vecs <= kTensorOneBlockVecs)
-      tensor_dynamic_one_block<InT, kAligned>(p, x.numel(), stream);
-    else if (x.size(0) > 0 && vecs <= std::min(kClusterCapacity, g_cluster_max_vecs))
-      tensor_dynamic_cluster<InT, kAligned>(p, vecs, stream);
-    else
-      tensor_dynamic_two_launches<InT, kAligned>(p, stream);  // also an empty x: the scale of amax 0
-  });
 }
 
 }  // namespace fp8route

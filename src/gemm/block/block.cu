@@ -1,4 +1,4 @@
-// The wgmma backend: launcher of kernel.cuh (block-scaled FP8 GEMM for prefill). Holds the config
+// The wgmma backend (kernel sm90_fp8_gemm_block): launcher of kernel.cuh (block-scaled FP8 GEMM for prefill). Holds the config
 // list, the requirements (supports) and the persistent grid size.
 
 #include <cuda.h>
@@ -22,12 +22,12 @@
 #include "fp8route/error.h"
 #include "gemm/backend.h"
 #include "gemm/tensor_map.h"
-#include "gemm/wgmma/kernel.cuh"
+#include "gemm/block/kernel.cuh"
 
 namespace fp8route::gemm {
 namespace {
 
-namespace wk = kernels::wgmma;
+namespace wk = kernels::block;
 
 struct WgmmaConfig {
   int bn;          // tile columns (the tile is 128 x bn)
@@ -40,8 +40,8 @@ struct WgmmaConfig {
 // The configs, listed once. Tile widths that are not powers of two give column tile counts that
 // fill the 132 SMs better on some N (N = 7168: 56 tiles of 128, 50 of 144 ...); wider tiles read
 // less per FLOP. Stages: as many as fit 227 KB. The output leaves through the tensor memory
-// accelerator where the width is whole 32-column boxes (12% faster than stores from registers on
-// the H200); 144 stores from registers. The _acc2 configs run the two-accumulator K loop (kernel.cuh),
+// accelerator where the width is whole 32-column boxes (faster than stores from registers,
+// docs/design.md, "Measurements behind the rules"); 144 stores from registers. The _acc2 configs run the two-accumulator K loop (kernel.cuh),
 // which helps most without the cluster: on many problems the tune picks n128_s6_c1_tma_acc2.
 constexpr WgmmaConfig kConfigs[] = {
     {128, 6, 2, true, wk::Loop::serial},    // n128_s6_c2_tma

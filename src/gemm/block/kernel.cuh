@@ -1,5 +1,5 @@
 #pragma once
-// Device code of the wgmma backend (launcher: wgmma.cu): block-scaled FP8 GEMM for prefill,
+// sm90_fp8_gemm_block, the wgmma backend's kernel (launcher: block.cu): block-scaled FP8 GEMM for prefill,
 //   y[m, n] = sum over K blocks kb of (sum_{k in kb} a[m, k] b[n, k]) * sa[kb, m] * sb[n / 128, kb].
 //
 // A persistent, warp-specialized kernel on the Hopper tensor cores:
@@ -37,9 +37,9 @@
 
 #include "core/griddep.cuh"
 #include "gemm/sm90.cuh"
-#include "gemm/wgmma/mma.cuh"
+#include "gemm/block/mma.cuh"
 
-namespace fp8route::kernels::wgmma {
+namespace fp8route::kernels::block {
 
 inline constexpr int kBM = 128;  // tile rows: two consumer warpgroups of 64
 inline constexpr int kBK = 128;  // K bytes per stage = the scale block
@@ -432,4 +432,4 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kCluster > 1) cluster_sync();  // peers may still arrive on this block's barriers
 }
 
-}  // namespace fp8route::kernels::wgmma
+}  // namespace fp8route::kernels::block

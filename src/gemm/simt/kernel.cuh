@@ -1,5 +1,5 @@
 #pragma once
-// The reference scaled FP8 GEMM kernel: CUDA cores, fp32 accumulation, any shape and alignment.
+// The scaled FP8 GEMM kernel of the "reference" backend: CUDA cores, fp32 accumulation, any shape and alignment.
 // Simple on purpose: it is the answer of last resort and the GPU reference of the tests, so it
 // favours obviousness over speed (byte loads, no tensor cores).
 //
@@ -15,7 +15,7 @@
 
 namespace fp8route::kernels {
 
-struct RefGemmParams {
+struct SimtParams {
   const uint8_t* a;  // [M, K], row stride lda
   const uint8_t* b;  // [N, K], row stride ldb
   const float* sa;
@@ -32,9 +32,9 @@ struct RefGemmParams {
   int bias_dtype;     // 0 none, 1 bf16, 2 f16
 };
 
-inline constexpr int kRefTile = 64;   // outputs per block edge
-inline constexpr int kRefKStep = 32;  // divides the 128-wide scale blocks
-inline constexpr int kRefThreads = 256;
+inline constexpr int kSimtTile = 64;   // outputs per block edge
+inline constexpr int kSimtKStep = 32;  // divides the 128-wide scale blocks
+inline constexpr int kSimtThreads = 256;
 
 __device__ __forceinline__ float ref_e4m3_to_float(uint8_t v) {
   __nv_fp8_e4m3 x;
@@ -47,11 +47,11 @@ __device__ __forceinline__ void ref_store(float v, __nv_bfloat16* p) { *p = __fl
 __device__ __forceinline__ void ref_store(float v, __half* p) { *p = __float2half_rn(v); }
 
 template <class OutT>
-__global__ void __launch_bounds__(kRefThreads) reference_gemm_kernel(RefGemmParams p) {
-  __shared__ float as[kRefKStep][kRefTile + 1];
-  __shared__ float bs[kRefKStep][kRefTile + 1];
+__global__ void __launch_bounds__(kSimtThreads) fp8_gemm_simt(SimtParams p) {
+  __shared__ float as[kSimtKStep][kSimtTile + 1];
+  __shared__ float bs[kSimtKStep][kSimtTile + 1];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // 16 x 16 threads, 4 x 4 outputs each
-  const int r0 = blockIdx.y * kRefTile, n0 = blockIdx.x * kRefTile;
+  const int r0 = blockIdx.y * kSimtTile, n0 = blockIdx.x * kSimtTile;
 
   int row_of[4];  // y rows of this thread's outputs (-1: past the end)
   for (int i = 0; i < 4; ++i) {
@@ -61,9 +61,9 @@ __global__ void __launch_bounds__(kRefThreads) reference_gemm_kernel(RefGemmPara
   float total[4][4] = {}, part[4][4] = {};
   const int kblock = p.scale_kind == 2 ? 128 : p.k;  // the width one scale product covers
 
-  for (int k0 = 0; k0 < p.k; k0 += kRefKStep) {
-    for (int i = threadIdx.x; i < kRefKStep * kRefTile; i += kRefThreads) {
-      const int kk = i % kRefKStep, t = i / kRefKStep;
+  for (int k0 = 0; k0 < p.k; k0 += kSimtKStep) {
+    for (int i = threadIdx.x; i < kSimtKStep * kSimtTile; i += kSimtThreads) {
+      const int kk = i % kSimtKStep, t = i / kSimtKStep;
       const int k = k0 + kk;
       const int ra = r0 + t;
       const int ya = ra < p.num_rows ? (p.rows ? p.rows[ra] : ra) : -1;
@@ -72,12 +72,12 @@ __global__ void __launch_bounds__(kRefThreads) reference_gemm_kernel(RefGemmPara
       bs[kk][t] = (nb < p.n && k < p.k) ? ref_e4m3_to_float(p.b[nb * p.ldb + k]) : 0.f;
     }
     __syncthreads();
-    for (int kk = 0; kk < kRefKStep; ++kk)
+    for (int kk = 0; kk < kSimtKStep; ++kk)
       for (int i = 0; i < 4; ++i)
         for (int j = 0; j < 4; ++j) part[i][j] = fmaf(as[kk][ty + 16 * i], bs[kk][tx + 16 * j], part[i][j]);
     __syncthreads();
 
-    const int k_end = k0 + kRefKStep;
+    const int k_end = k0 + kSimtKStep;
     if (k_end % kblock == 0 || k_end >= p.k) {  // a scale block ends here
       const int kb = k0 / kblock;
       for (int i = 0; i < 4; ++i) {

@@ -13,7 +13,7 @@ print("""#pragma once
 
 #include <cstdint>
 
-namespace fp8route::kernels::wgmma {
+namespace fp8route::kernels::block {
 
 template <int N>
 struct Mma;
@@ -33,4 +33,4 @@ struct Mma<{n}> {{
   }}
 }};
 """)
-print("}  // namespace fp8route::kernels::wgmma")
+print("}  // namespace fp8route::kernels::block")

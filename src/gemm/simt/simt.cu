@@ -1,18 +1,19 @@
-// The reference backend: launcher of kernels/gemm_reference.cuh. Supports every valid problem.
+// The "reference" GEMM backend (kernel fp8_gemm_simt): launcher of kernel.cuh. Supports every valid
+// problem. Not the CPU reference of src/reference.
 
-#include "gemm/reference/reference.h"
+#include "gemm/simt/simt.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "core/cuda_check.h"
-#include "gemm/reference/kernel.cuh"
+#include "gemm/simt/kernel.cuh"
 
 namespace fp8route::gemm {
 namespace {
 
-kernels::RefGemmParams params(const GemmProblem& p, const GemmOperands& ops) {
-  kernels::RefGemmParams k{};
+kernels::SimtParams params(const GemmProblem& p, const GemmOperands& ops) {
+  kernels::SimtParams k{};
   k.a = ops.a;
   k.b = ops.b;
   k.sa = ops.sa;
@@ -35,12 +36,12 @@ kernels::RefGemmParams params(const GemmProblem& p, const GemmOperands& ops) {
 }
 
 template <class OutT>
-void launch(const kernels::RefGemmParams& k, cudaStream_t stream) {
+void launch(const kernels::SimtParams& k, cudaStream_t stream) {
   if (k.num_rows == 0 || k.n == 0) return;
-  const dim3 grid((k.n + kernels::kRefTile - 1) / kernels::kRefTile,
-                  (k.num_rows + kernels::kRefTile - 1) / kernels::kRefTile);
-  FP8ROUTE_CHECK(grid.y <= 65535, "reference: at most " << 65535 * kernels::kRefTile << " rows");
-  kernels::reference_gemm_kernel<OutT><<<grid, kernels::kRefThreads, 0, stream>>>(k);
+  const dim3 grid((k.n + kernels::kSimtTile - 1) / kernels::kSimtTile,
+                  (k.num_rows + kernels::kSimtTile - 1) / kernels::kSimtTile);
+  FP8ROUTE_CHECK(grid.y <= 65535, "reference: at most " << 65535 * kernels::kSimtTile << " rows");
+  kernels::fp8_gemm_simt<OutT><<<grid, kernels::kSimtThreads, 0, stream>>>(k);
   FP8ROUTE_CHECK_LAUNCH();
 }
 
@@ -52,8 +53,8 @@ class ReferenceBackend final : public GemmBackend {
     return c;
   }
   std::string supports(const GemmProblem& p, int) const override {
-    if (p.m > int64_t{65535} * kernels::kRefTile) return "reference: M above 65535 * 64 rows";
-    // The kernel holds M, N and K in int32 (RefGemmParams).
+    if (p.m > int64_t{65535} * kernels::kSimtTile) return "reference: M above 65535 * 64 rows";
+    // The kernel holds M, N and K in int32 (SimtParams).
     constexpr int64_t kMaxInt = (int64_t{1} << 31) - 1;
     if (p.n > kMaxInt || p.k > kMaxInt)
       return "reference: N and K must each be < 2^31 (int32 extents), got n=" + std::to_string(p.n) +
@@ -62,7 +63,7 @@ class ReferenceBackend final : public GemmBackend {
   }
   bool slow_fallback() const override { return true; }
   void run(const GemmProblem& p, const GemmOperands& ops, int, cudaStream_t stream) const override {
-    kernels::RefGemmParams k = params(p, ops);
+    kernels::SimtParams k = params(p, ops);
     k.out = ops.out;
     k.ldo = ops.ldo;
     if (p.out == DType::bf16)
@@ -74,9 +75,9 @@ class ReferenceBackend final : public GemmBackend {
 
 }  // namespace
 
-void reference_rows_f32(const GemmProblem& p, const GemmOperands& ops, const int32_t* rows,
-                        int64_t num_rows, float* out_f32, cudaStream_t stream) {
-  kernels::RefGemmParams k = params(p, ops);
+void simt_rows_f32(const GemmProblem& p, const GemmOperands& ops, const int32_t* rows,
+                   int64_t num_rows, float* out_f32, cudaStream_t stream) {
+  kernels::SimtParams k = params(p, ops);
   k.rows = rows;
   k.num_rows = static_cast<int>(num_rows);
   k.out = out_f32;
