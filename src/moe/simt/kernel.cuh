@@ -4,7 +4,7 @@
 // (expert, n-tile, m-tile) that exist on the device, so an expert without rows owns no tile and its
 // weight is never read, and the launch does not depend on the routing (a CUDA graph replays it).
 //
-// The arithmetic per output is that of the dense reference kernel (gemm/reference/kernel.cuh), in
+// The arithmetic per output is that of the dense GPU kernel of the `reference` backend (gemm/simt/kernel.cuh), in
 // the same order: fmaf over each 32-wide K step into a partial sum; at the end of each scale block
 // (128 for block scales, all of K otherwise) total = fmaf(partial, sa * sb, total) (block) or
 // total += partial (tensor, row); then total * sa * sb (tensor, row). Each expert's rows are

@@ -1,7 +1,7 @@
 #pragma once
 // Device code of the grouped wgmma backend (launcher: wgmma.cu): grouped scaled FP8 GEMM for any
 // group sizes (prefill, and decode beyond the decode backend's 64 rows), every scale kind. The
-// design of the dense block-scaled kernel (gemm/wgmma/kernel.cuh) with a tile scheduler over
+// design of the dense block-scaled kernel (gemm/block/kernel.cuh) with a tile scheduler over
 // (expert, n-tile, m-tile):
 //
 // - Persistent: every block first scans the device counts into shared memory (prefix[e] = 128-row
