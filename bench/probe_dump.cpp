@@ -28,8 +28,8 @@
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
 #include "fp8route/version.h"
-#include "gemm/backend.h"
-#include "route/data_files.h"
+#include "fp8route/tuning/backends.h"
+#include "fp8route/tuning/data_files.h"
 
 using namespace fp8route;
 
@@ -114,11 +114,9 @@ int run(int argc, char** argv) {
         cand.push_back({b, c});
         if (cand.size() >= 12) break;
       }
-      for (const gemm::GemmBackend* b : gemm::all_backends())
-        for (int c : b->probe_configs(p)) {
-          const std::string bn(b->name()), cn = b->configs()[c];
-          if (sup(bn, cn, p).empty()) probed.push_back({bn, cn});
-        }
+      for (const tuning::BackendInfo& b : tuning::backends())
+        for (const std::string& cn : tuning::probe_configs(b.name, p))
+          if (sup(b.name, cn, p).empty()) probed.push_back({b.name, cn});
       const GemmChoice h = gemm_select(p);
       nlohmann::json heur = sup(h.backend, h.config, p).empty() ? nlohmann::json{h.backend, h.config} : nlohmann::json();
       // The router's own choice at M after a probe of the 13 powers of two (top 5, automatic
@@ -145,7 +143,7 @@ int run(int argc, char** argv) {
   }
   nlohmann::json tiles = nlohmann::json::object();
   for (const auto& pt : *all)
-    for (const auto& [bc, us] : pt.second) tiles[bc.first + "/" + bc.second] = gemm::config_m_tile(bc.first, bc.second);
+    for (const auto& [bc, us] : pt.second) tiles[bc.first + "/" + bc.second] = tuning::m_tile(bc.first, bc.second);
   std::ofstream f(out_path);
   f << nlohmann::json{{"points", out}, {"tiles", tiles}}.dump();
   FP8ROUTE_CHECK_CAT(f.good(), ErrorCategory::io_error, out_path << ": cannot be written");

@@ -19,13 +19,13 @@
 #include "common/cli_validators.h"
 #include "common/exit_codes.h"
 #include "common/records.h"
-#include "timing/gemm_operands.h"
-#include "timing/measure.h"
-#include "core/cuda_check.h"
+#include "fp8route/tuning/gemm_operands.h"
+#include "fp8route/tuning/measure.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/quant.h"
 #include "fp8route/reference.h"
-#include "quant/quant_internal.h"
+#include "fp8route/tuning/quant_knobs.h"
 
 using namespace fp8route;
 

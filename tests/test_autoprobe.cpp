@@ -31,9 +31,9 @@
 #include "fp8route/linear.h"
 #include "fp8route/route.h"
 #include "route/autoprobe.h"
-#include "route/probe_cache.h"
+#include "fp8route/tuning/probe_cache.h"
 #include "test_util.h"
-#include "timing/gemm_operands.h"
+#include "fp8route/tuning/gemm_operands.h"
 
 namespace fp8route {
 namespace {

@@ -36,7 +36,7 @@
 #include "fp8route/reference.h"
 #include "gemm/backend.h"
 #include "gpu_util.h"
-#include "quant/quant_internal.h"
+#include "fp8route/tuning/quant_knobs.h"
 #include "test_util.h"
 
 namespace fp8route {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "timing/measure.h"
+#include "fp8route/tuning/measure.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"

@@ -22,7 +22,7 @@
 #include "fp8route/quant.h"
 #include "fp8route/reference.h"
 #include "gpu_util.h"
-#include "quant/quant_internal.h"
+#include "fp8route/tuning/quant_knobs.h"
 #include "start_gate.h"
 #include "test_util.h"
 

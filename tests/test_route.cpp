@@ -26,7 +26,7 @@
 #include "fp8route/route.h"
 #include "fp8route/version.h"
 #include "gemm/backend.h"
-#include "route/tune_raw.h"
+#include "fp8route/tuning/tune_raw.h"
 
 namespace fp8route {
 namespace {

@@ -1,4 +1,4 @@
-// Routing diagnostics (src/route/route_log.h), CPU: the warning for a table measured on another
+// Routing diagnostics (fp8route/tuning/route_log.h), CPU: the warning for a table measured on another
 // GPU model, and FP8ROUTE_LOG's line per distinct decision. The routed scaled_mm and LinearPlan
 // call route_log::decided on a GPU only (tests/python/test_cli_conventions.py checks their lines
 // there); here it is called as they call it, with a router that decides without a GPU.
@@ -12,7 +12,7 @@
 
 #include "fp8route/device.h"
 #include "fp8route/route.h"
-#include "route/route_log.h"
+#include "fp8route/tuning/route_log.h"
 #include "test_util.h"
 
 namespace fp8route {

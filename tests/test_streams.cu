@@ -20,14 +20,14 @@
 #include <thread>
 #include <vector>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/buffer.h"
 #include "fp8route/gemm.h"
 #include "fp8route/quant.h"
 #include "gemm/backend.h"
 #include "gpu_util.h"
 #include "test_util.h"
-#include "timing/gemm_operands.h"
+#include "fp8route/tuning/gemm_operands.h"
 
 namespace fp8route {
 namespace {

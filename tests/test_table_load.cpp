@@ -26,8 +26,8 @@
 #include "common/shapes.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
-#include "route/data_files.h"
-#include "route/tune_raw.h"
+#include "fp8route/tuning/data_files.h"
+#include "fp8route/tuning/tune_raw.h"
 
 namespace fp8route {
 namespace {

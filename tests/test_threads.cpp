@@ -25,8 +25,8 @@
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
 #include "route/autoprobe.h"
-#include "route/probe_cache.h"
-#include "route/route_log.h"
+#include "fp8route/tuning/probe_cache.h"
+#include "fp8route/tuning/route_log.h"
 #include "test_util.h"
 
 namespace fp8route {

@@ -18,7 +18,7 @@
 #include "gemm/backend.h"
 #include "gpu_util.h"
 #include "test_util.h"
-#include "timing/measure.h"
+#include "fp8route/tuning/measure.h"
 
 namespace fp8route {
 namespace {

@@ -42,8 +42,8 @@
 #include "fp8route/quant_layout.h"
 #include "fp8route/route.h"
 #include "fp8route/version.h"
-#include "route/explain_policy.h"
-#include "route/record_check.h"
+#include "fp8route/tuning/explain_policy.h"
+#include "fp8route/tuning/record_check.h"
 
 namespace {
 

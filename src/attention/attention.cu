@@ -15,7 +15,7 @@
 
 #include "attention/kernel.cuh"
 #include "core/checks.h"
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
 #include "fp8route/attention.h"
 #include "fp8route/device.h"

@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 
 namespace fp8route {
 

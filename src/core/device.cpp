@@ -1,4 +1,4 @@
-#include "core/env.h"
+#include "fp8route/tuning/env.h"
 #include "fp8route/device.h"
 
 #include <cublasLt.h>
@@ -11,7 +11,7 @@
 #include <memory>
 #include <mutex>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/version.h"
 
 namespace fp8route {

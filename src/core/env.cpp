@@ -1,4 +1,4 @@
-#include "core/env.h"
+#include "fp8route/tuning/env.h"
 
 #include <cmath>
 #include <cstdlib>

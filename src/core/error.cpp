@@ -3,7 +3,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 
 namespace fp8route {
 

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <utility>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/device.h"
 
 namespace fp8route {

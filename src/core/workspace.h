@@ -41,7 +41,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/error.h"
 
 namespace fp8route {

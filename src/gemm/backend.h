@@ -139,7 +139,7 @@ std::string accum_reason(const GemmBackend& b, int config, const GemmProblem& p)
 // when it can.
 std::string cannot_run_reason(const GemmBackend& b, int config, const GemmProblem& p);
 
-// A (backend, config) that did not finish within its bound when timed on a shape (timing/measure.h)
+// A (backend, config) that did not finish within its bound when timed on a shape (fp8route/tuning/measure.h)
 // is never run on that shape (scale kind, out dtype, N, K) again in this process: the router skips
 // it as it skips any config that cannot run a problem, and a call that names it is refused.
 void quarantine(std::string_view backend, std::string_view config, const GemmProblem& p, const std::string& why);

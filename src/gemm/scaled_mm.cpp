@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "core/checks.h"
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "core/workspace.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "core/workspace.h"
 
 namespace fp8route::gemm {

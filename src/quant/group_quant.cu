@@ -10,14 +10,14 @@
 #include <utility>
 
 #include "core/checks.h"
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
 #include "core/workspace.h"
 #include "fp8route/device.h"
 #include "fp8route/quant.h"
 #include "quant/group_kernel.cuh"
 #include "quant/launch_common.h"
-#include "quant/quant_internal.h"
+#include "fp8route/tuning/quant_knobs.h"
 
 namespace fp8route::kernels {
 

@@ -4,12 +4,12 @@
 #include <bit>
 #include <cstdint>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/buffer.h"
 #include "fp8route/device.h"
 #include "fp8route/quant_layout.h"
 #include "quant/common.cuh"
-#include "quant/quant_internal.h"
+#include "fp8route/tuning/quant_knobs.h"
 
 namespace fp8route::kernels {
 

@@ -8,13 +8,13 @@
 #include <cstdint>
 
 #include "core/checks.h"
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
 #include "core/workspace.h"
 #include "fp8route/device.h"
 #include "fp8route/quant.h"
 #include "quant/launch_common.h"
-#include "quant/quant_internal.h"
+#include "fp8route/tuning/quant_knobs.h"
 #include "quant/tensor_kernel.cuh"
 
 namespace fp8route {

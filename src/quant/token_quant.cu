@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/checks.h"
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
 #include "fp8route/quant.h"
 #include "quant/launch_common.h"

@@ -1,7 +1,7 @@
 // Automatic probing (route.h, "Automatic probing"; autoprobe.h): the shapes a router's table lacks,
 // timed once per machine and kept in the probe cache.
 
-#include "core/env.h"
+#include "fp8route/tuning/env.h"
 #include "route/autoprobe.h"
 
 #include <cuda_runtime_api.h>
@@ -18,7 +18,7 @@
 
 #include "fp8route/device.h"
 #include "fp8route/error.h"
-#include "route/route_log.h"
+#include "fp8route/tuning/route_log.h"
 
 namespace fp8route {
 
@@ -127,19 +127,6 @@ bool has_entry(const RoutingTable& table, const Key& key) {
   for (const TableEntry& e : table.entries)
     if (e.scale == key.scale && e.out == key.out && e.n == key.n && e.k == key.k && !e.breakpoints.empty()) return true;
   return false;
-}
-
-std::optional<TableStamp> machine_here() {
-  if (cuda_device_count() == 0) return std::nullopt;
-  static const LibraryVersions v = library_versions();
-  const DeviceInfo& d = device_info();
-  TableStamp s{d.name, d.sm_count, cuda_version_string(v.cuda_runtime), cublas_version_string(v.cublaslt),
-               v.fp8route, ""};
-  const std::time_t now = std::time(nullptr);
-  char date[16];
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  s.date = date;
-  return s;
 }
 
 AutoProbeConfig config_from_environment() {

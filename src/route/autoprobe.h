@@ -12,7 +12,7 @@
 
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
-#include "route/probe_cache.h"
+#include "fp8route/tuning/probe_cache.h"
 
 namespace fp8route::autoprobe {
 
@@ -21,9 +21,7 @@ using probe_cache::Key;
 // Whether `table` has an exact entry for `key` (then nothing is probed for it).
 bool has_entry(const RoutingTable& table, const Key& key);
 
-// This machine for the probe cache: the current device's name and SM count, the library versions,
-// today's date; nullopt without a GPU.
-std::optional<TableStamp> machine_here();
+using probe_cache::machine_here;
 
 struct Timings {
   std::vector<MeasurementRecord> records;  // empty: route by the table

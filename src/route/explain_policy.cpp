@@ -1,4 +1,4 @@
-#include "route/explain_policy.h"
+#include "fp8route/tuning/explain_policy.h"
 
 #include "fp8route/device.h"
 #include "fp8route/gemm.h"

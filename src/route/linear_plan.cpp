@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "core/checks.h"
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/error.h"
 #include "gemm/backend.h"
 #include "route/autoprobe.h"
-#include "route/route_log.h"
+#include "fp8route/tuning/route_log.h"
 
 namespace fp8route {
 

@@ -6,14 +6,14 @@
 #include <cmath>
 #include <map>
 
-#include "timing/gemm_operands.h"
-#include "timing/measure.h"
+#include "fp8route/tuning/gemm_operands.h"
+#include "fp8route/tuning/measure.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
 #include "gemm/backend.h"
 #include "route/autoprobe.h"
-#include "route/route_log.h"
+#include "fp8route/tuning/route_log.h"
 
 namespace fp8route {
 

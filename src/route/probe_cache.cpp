@@ -1,7 +1,7 @@
 // The probe cache's files (probe_cache.h; format in docs/routing.md, "Automatic probing").
 
-#include "core/env.h"
-#include "route/probe_cache.h"
+#include "fp8route/tuning/env.h"
+#include "fp8route/tuning/probe_cache.h"
 
 #include <unistd.h>
 
@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -21,10 +22,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_reader.h"
+#include "fp8route/tuning/json_reader.h"
+#include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
-#include "route/record_reader.h"
+#include "fp8route/tuning/record_reader.h"
 
 namespace fp8route::probe_cache {
 
@@ -56,6 +58,19 @@ std::string to_string(const Key& key) {
 bool same_machine(const TableStamp& a, const TableStamp& b) {
   return a.gpu == b.gpu && a.sm_count == b.sm_count && a.cuda == b.cuda && a.cublaslt == b.cublaslt &&
          a.fp8route == b.fp8route;
+}
+
+std::optional<TableStamp> machine_here() {
+  if (cuda_device_count() == 0) return std::nullopt;
+  static const LibraryVersions v = library_versions();
+  const DeviceInfo& d = device_info();
+  TableStamp s{d.name, d.sm_count, cuda_version_string(v.cuda_runtime), cublas_version_string(v.cublaslt),
+               v.fp8route, ""};
+  const std::time_t now = std::time(nullptr);
+  char date[16];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  s.date = date;
+  return s;
 }
 
 std::string default_dir() {

@@ -1,4 +1,4 @@
-#include "route/record_check.h"
+#include "fp8route/tuning/record_check.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,7 +1,7 @@
 // Routing diagnostics on stderr (route_log.h).
 
-#include "core/env.h"
-#include "route/route_log.h"
+#include "fp8route/tuning/env.h"
+#include "fp8route/tuning/route_log.h"
 
 #include <cctype>
 #include <cstdio>

@@ -13,7 +13,7 @@
 #include "gemm/backend.h"
 #include "gemm/call.h"
 #include "route/autoprobe.h"
-#include "route/route_log.h"
+#include "fp8route/tuning/route_log.h"
 
 namespace fp8route {
 

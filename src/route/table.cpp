@@ -15,12 +15,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/env.h"
-#include "core/json_reader.h"
+#include "fp8route/tuning/env.h"
+#include "fp8route/tuning/json_reader.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
-#include "route/data_files.h"
-#include "route/record_reader.h"
+#include "fp8route/tuning/data_files.h"
+#include "fp8route/tuning/record_reader.h"
 
 namespace fp8route {
 

@@ -9,11 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_reader.h"
+#include "fp8route/tuning/json_reader.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
-#include "route/record_reader.h"
-#include "route/tune_raw.h"
+#include "fp8route/tuning/record_reader.h"
+#include "fp8route/tuning/tune_raw.h"
 
 namespace fp8route {
 

@@ -1,9 +1,9 @@
 // Device operands and timing helpers for scaled GEMMs (gemm_operands.h).
 
-#include "timing/gemm_operands.h"
+#include "fp8route/tuning/gemm_operands.h"
 
 #include "timing/fill.cuh"
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 

@@ -1,4 +1,4 @@
-#include "timing/measure.h"
+#include "fp8route/tuning/measure.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 

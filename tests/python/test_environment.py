@@ -29,7 +29,7 @@ def test_cpp_reads_go_through_env():
         rel = os.path.relpath(path, ROOT)
         text = open(path, errors="replace").read()
         if not rel.startswith(os.path.join("src", "core", "env")):
-            assert "getenv(" not in text, f"{rel} calls getenv: read through fp8route::env (core/env.h)"
+            assert "getenv(" not in text, f"{rel} calls getenv: read through fp8route::env (fp8route/tuning/env.h)"
         for name in re.findall(r'env::(?:get|seconds)\("([A-Z_0-9]+)"', text):
             assert name in names, f"{rel} reads {name}, which src/core/env.cpp does not list"
 

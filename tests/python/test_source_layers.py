@@ -37,3 +37,26 @@ def test_each_layer_includes_only_the_layers_below():
                     if inc in MAY_INCLUDE:
                         bad.append(f"{os.path.relpath(path, ROOT)} includes {inc}/")
     assert not bad, "\n".join(bad)
+
+
+def test_programs_outside_the_library_use_its_headers_only():
+    """The CLI, the benchmarks and the Python bindings reach the library through include/fp8route
+    (the tuning tier include/fp8route/tuning among it), never through src/: no src/ folder is on
+    their include path, and none of their files names one."""
+    bad = []
+    for top in ("tools", "bench", os.path.join("python", "src")):
+        for dirpath, _, names in os.walk(os.path.join(ROOT, top)):
+            if "results" in dirpath.split(os.sep):
+                continue
+            for n in names:
+                if not n.endswith((".h", ".cpp", ".cu", ".cuh")):
+                    continue
+                path = os.path.join(dirpath, n)
+                for inc in re.findall(r'^#include "([a-z_]+)/', open(path, errors="replace").read(), re.M):
+                    if inc in MAY_INCLUDE:
+                        bad.append(f"{os.path.relpath(path, ROOT)} includes src/{inc}/")
+    assert not bad, "\n".join(bad)
+    cmake = open(os.path.join(ROOT, "CMakeLists.txt")).read()
+    for target in ("fp8route_toolkit", "fp8route_cli", "quant_bench", "gemm_bench", "fp8route_ffi", "probe_dump"):
+        for m in re.finditer(r"target_include_directories\(" + target + r"\b([^)]*)\)", cmake):
+            assert "/src" not in m.group(1), f"{target} has src/ on its include path"

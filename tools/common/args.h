@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fp8route/error.h"
-#include "gemm/backend.h"
+#include "fp8route/tuning/backends.h"
 
 namespace fp8route::tools {
 
@@ -58,8 +58,8 @@ inline std::vector<int64_t> parse_int_list(const std::string& s, const char* opt
 // slow_fallback() one (the reference kernel: never a measured routing choice), comma-separated.
 inline std::string timed_backends() {
   std::string v;
-  for (const gemm::GemmBackend* b : gemm::all_backends())
-    if (!b->slow_fallback()) v += (v.empty() ? "" : ",") + std::string(b->name());
+  for (const tuning::BackendInfo& b : tuning::backends())
+    if (!b.slow_fallback) v += (v.empty() ? "" : ",") + b.name;
   return v;
 }
 

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_reader.h"
+#include "fp8route/tuning/json_reader.h"
 #include "fp8route/error.h"
-#include "route/data_files.h"
+#include "fp8route/tuning/data_files.h"
 
 namespace fp8route::tools {
 

@@ -21,7 +21,7 @@ struct ShapeCatalog {
   std::vector<LayerShape> layers;  // every model, at TP 1 only (see at_tp)
 };
 
-// The catalog: the first shapes/models.json of data_file_candidates() (src/route/data_files.h:
+// The catalog: the first shapes/models.json of data_file_candidates() (include/fp8route/tuning/data_files.h:
 // $FP8ROUTE_SOURCE_DIR, beside the library or executable, <prefix>/share/fp8route, the source tree);
 // "" when there is none (load_catalog("") then names the places looked in).
 std::string default_catalog_path();

@@ -17,11 +17,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_reader.h"
+#include "fp8route/tuning/json_reader.h"
 #include "fp8route/error.h"
-#include "gemm/backend.h"
-#include "route/record_reader.h"
-#include "route/tune_raw.h"
+#include "fp8route/tuning/backends.h"
+#include "fp8route/tuning/record_reader.h"
+#include "fp8route/tuning/tune_raw.h"
 
 namespace fp8route::tools {
 
@@ -90,8 +90,8 @@ std::vector<MeasurementRecord> read_bench_array(const std::string& text, const s
 }
 
 bool slow_fallback(const std::string& backend) {
-  for (const gemm::GemmBackend* b : gemm::all_backends())
-    if (b->name() == backend) return b->slow_fallback();
+  for (const tuning::BackendInfo& b : tuning::backends())
+    if (b.name == backend) return b.slow_fallback;
   return false;
 }
 

@@ -1,5 +1,5 @@
 // fp8route bench: the routed GEMM (scaled_mm through the routing table) against each backend alone,
-// side by side in one run, with the one method of src/timing/measure.h. "A backend alone" is that
+// side by side in one run, with the one method of include/fp8route/tuning/measure.h. "A backend alone" is that
 // backend at its best config for the problem: by default the configs the routing table ranks best
 // for the backend (and cuBLASLt's own heuristic choice), with --configs all every config it has.
 // With no GPU and as the main job it prints the routing plan from the table instead.
@@ -19,19 +19,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/env.h"
+#include "fp8route/tuning/env.h"
 #include "common/args.h"
 #include "common/exit_codes.h"
 #include "common/records.h"
 #include "common/text.h"
-#include "timing/gemm_operands.h"
+#include "fp8route/tuning/gemm_operands.h"
 #include "commands.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
-#include "gemm/backend.h"
-#include "route/explain_policy.h"
+#include "fp8route/tuning/backends.h"
+#include "fp8route/tuning/explain_policy.h"
 #include "workload.h"
 
 namespace fp8route::cli {
@@ -117,8 +117,8 @@ std::vector<std::string> configs_for(const std::string& backend, const GemmProbl
       if (b == backend && out.size() < 2 && std::find(have.begin(), have.end(), c) != have.end() &&
           gemm_supports(b, c, p).empty())
         out.push_back(c);
-    if (const gemm::GemmBackend& b = gemm::find_backend(backend); b.ranks_configs_per_problem()) {
-      const std::string& own = b.configs().front();
+    if (const tuning::BackendInfo b = tuning::backend(backend); b.ranks_configs_per_problem) {
+      const std::string& own = b.configs.front();
       if (std::find(out.begin(), out.end(), own) == out.end() && gemm_supports(backend, own, p).empty())
         out.push_back(own);
     }

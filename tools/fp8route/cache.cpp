@@ -11,13 +11,12 @@
 #include "commands.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
-#include "route/autoprobe.h"
-#include "route/probe_cache.h"
+#include "fp8route/tuning/probe_cache.h"
 
 namespace fp8route::cli {
 
 int run_cache(const CacheOptions& opt) {
-  const AutoProbeConfig env = autoprobe::config_from_environment();
+  const AutoProbeConfig env = autoprobe_config();
   if (opt.clear) {
     const size_t n = probe_cache::clear(env.cache_dir);
     std::printf("removed %zu files from %s/probes\n", n, env.cache_dir.c_str());
@@ -30,7 +29,7 @@ int run_cache(const CacheOptions& opt) {
     return 0;
   }
   std::printf("probe cache: %s\n", env.cache_dir.c_str());
-  const std::optional<TableStamp> here = autoprobe::machine_here();
+  const std::optional<TableStamp> here = probe_cache::machine_here();
   const std::vector<probe_cache::Listed> files = probe_cache::list(env.cache_dir);
   double seconds = 0;
   size_t mine = 0;

@@ -12,15 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "timing/gemm_operands.h"
+#include "fp8route/tuning/gemm_operands.h"
 #include "commands.h"
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/linear.h"
 #include "fp8route/reference.h"
-#include "gemm/backend.h"
+#include "fp8route/tuning/backends.h"
 
 namespace fp8route::cli {
 
@@ -91,7 +91,9 @@ int run_check(const CheckOptions& opt) {
   if (opt.quick) shapes.pop_back(), ms = {1, 64};
   std::map<std::string, Tally> tally;
   int problems = 0, failures = 0;
-  const gemm::GemmBackend& reference = gemm::reference_backend();  // the GPU reference kernel
+  tuning::BackendInfo reference;  // the GPU reference kernel: the backend that runs every problem
+  for (const tuning::BackendInfo& b : tuning::backends())
+    if (b.slow_fallback) reference = b;
   auto report = [&](const std::string& who, const GemmProblem& p, double err) {
     Tally& t = tally[who];
     ++t.runs;
@@ -110,11 +112,11 @@ int run_check(const CheckOptions& opt) {
         const timing::GemmOperandSets ops = timing::make_gemm_operands(p, 1, 0xC4ECull + problems);
         const ScaledMmArgs& args = ops.args[0];
         poison(args);
-        scaled_mm(args, reference.name(), reference.configs().front(), nullptr);
+        scaled_mm(args, reference.name, reference.configs.front(), nullptr);
         const std::vector<float> want = output(args);
         if (n * k <= 512 * 1024) report("reference vs CPU fp64", p, normwise(want, cpu_reference(p, args)));
         for (const std::string& b : gemm_backends()) {
-          if (b == reference.name()) continue;
+          if (b == reference.name) continue;
           for (const std::string& c : gemm_configs(b)) {
             if (!gemm_supports(b, c, p).empty()) continue;
             poison(args);

@@ -10,7 +10,7 @@
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
-#include "route/explain_policy.h"
+#include "fp8route/tuning/explain_policy.h"
 
 namespace fp8route::cli {
 

@@ -10,7 +10,7 @@
 #include "fp8route/device.h"
 #include "fp8route/route.h"
 #include "fp8route/status.h"
-#include "route/route_log.h"
+#include "fp8route/tuning/route_log.h"
 
 namespace fp8route::cli {
 

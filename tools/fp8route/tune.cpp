@@ -1,5 +1,5 @@
 // fp8route tune: measure every supported (backend, config) on every problem of a workload with
-// the one method of src/timing/measure.h (all configs of a problem interleaved, after the quick
+// the one method of include/fp8route/tuning/measure.h (all configs of a problem interleaved, after the quick
 // screen of timing::screen_gemms unless --screen 0), append each
 // problem's measurements to a raw file as it finishes (so an interrupted run resumes where it stopped), and write the routing table built
 // from them, stamped with this machine.
@@ -30,14 +30,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/args.h"
-#include "timing/gemm_operands.h"
+#include "fp8route/tuning/gemm_operands.h"
 #include "commands.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
-#include "route/stamp_json.h"
-#include "route/tune_raw.h"
+#include "fp8route/tuning/stamp_json.h"
+#include "fp8route/tuning/tune_raw.h"
 #include "workload.h"
 
 namespace fp8route::cli {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "timing/measure.h"
+#include "fp8route/tuning/measure.h"
 #include "common/shapes.h"
 #include "commands.h"
 #include "fp8route/dtype.h"

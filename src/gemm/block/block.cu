@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"

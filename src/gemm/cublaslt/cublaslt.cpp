@@ -55,7 +55,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "core/workspace.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"

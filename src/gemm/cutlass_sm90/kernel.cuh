@@ -32,7 +32,7 @@
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/error.h"
 #include "gemm/cutlass_sm90/config.h"
 

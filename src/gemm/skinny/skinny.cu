@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/launch.h"
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "gemm/skinny/kernel.cuh"

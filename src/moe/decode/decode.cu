@@ -15,7 +15,7 @@
 #include <string>
 #include <utility>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"

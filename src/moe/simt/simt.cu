@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <string>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "moe/backend.h"

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/cuda_check.h"
+#include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"

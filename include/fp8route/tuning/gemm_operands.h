@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "timing/measure.h"
+#include "fp8route/tuning/measure.h"
 #include "fp8route/buffer.h"
 #include "fp8route/gemm.h"
 

@@ -39,6 +39,10 @@ struct File {
 // equal (cuBLASLt's "heuristicN" ranks and the configs a build has change with them), date aside.
 bool same_machine(const TableStamp& a, const TableStamp& b);
 
+// This machine for the cache: the current device's name and SM count, the library versions, today's
+// date (UTC); nullopt without a GPU.
+std::optional<TableStamp> machine_here();
+
 // The cache folder the environment names: $FP8ROUTE_CACHE_DIR, else $XDG_CACHE_HOME/fp8route (an
 // absolute XDG_CACHE_HOME only, as the XDG specification asks), else $HOME/.cache/fp8route; "" when
 // none of them is set.

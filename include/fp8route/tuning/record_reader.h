@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_reader.h"
+#include "fp8route/tuning/json_reader.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
 
