@@ -519,8 +519,8 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale=None, out
     bf16). scale: "tensor" (one element each), "row" (scale_a [M] or [M, 1], scale_b [N], [N, 1] or
     [1, N]; either may be one element), "block" (scale_a [ceil(K/128), align(M, 4)] or an
     [M, ceil(K/128)] view, scale_b [ceil(N/128), ceil(K/128)] or its transpose view); None infers it
-    from the shapes (infer_scale_kind in gemm.h). The former order (a, b, scale_a, scale_b, out_dtype,
-    bias) still works: a dtype in bias's place is read as out_dtype. Routed to the backend measured
+    from the shapes (infer_scale_kind in gemm.h). vLLM's and SGLang's positional order (a, b, scale_a,
+    scale_b, out_dtype, bias) is accepted too: a dtype in bias's place is read as out_dtype. Routed to the backend measured
     fastest (explain() says which). accum: "fast" (None, the default: every backend config may run
     it) or "precise" (only configs that sum each 128 of K in fp32: torch._scaled_mm's default
     arithmetic); use_fast_accum=True/False is torch._scaled_mm's spelling of the same choice."""
