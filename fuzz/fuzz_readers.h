@@ -26,7 +26,7 @@
 #include "common/shapes.h"
 #include "fp8route/error.h"
 #include "fp8route/route.h"
-#include "route/tune_raw.h"
+#include "fp8route/tuning/tune_raw.h"
 
 namespace fp8route::fuzz {
 
