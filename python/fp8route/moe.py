@@ -12,6 +12,12 @@ try:
 except ImportError:  # grouped_scaled_mm still works on any DLPack tensor, given out=
     torch = None
 
+if torch is not None:
+    # Routing, dispatch and the float reference: pure torch, in moe_routing (importable without the
+    # native module, for fp8route.models).
+    from .moe_routing import (_combine, contiguous_dispatch, dequantize_weight, grouped_topk,  # noqa: F401
+                              masked_dispatch, reference_moe, softmax_topk)
+
 _LAYOUTS = ("row_major", "col_major", "col_major_tma")
 
 
@@ -89,77 +95,6 @@ else:
 
 
 # ------------------------------------------------------------------------------------------------
-# Routing: logits -> (weights, expert ids), pure torch with fixed shapes (capturable)
-# ------------------------------------------------------------------------------------------------
-
-def softmax_topk(logits, top_k, renormalize=True):
-    """Qwen3-MoE / Mixtral routing: softmax over the experts in fp32, the top_k largest, renormalized
-    to sum to 1 when renormalize (Qwen3-MoE's norm_topk_prob; Mixtral always). Returns (weights f32
-    [T, top_k], ids int32 [T, top_k])."""
-    p = torch.softmax(logits.float(), dim=-1)
-    w, ids = torch.topk(p, top_k, dim=-1)
-    if renormalize:
-        w = w / w.sum(dim=-1, keepdim=True)
-    return w, ids.to(torch.int32)
-
-
-def grouped_topk(logits, top_k, bias, n_group, topk_group, renormalize=True, scaling_factor=1.0):
-    """DeepSeek-V3 routing: s = sigmoid(logits) in fp32; experts are chosen by s + bias (the
-    load-balancing correction, which does not enter the weights): each of n_group groups is scored by
-    the sum of its two best, only the topk_group best groups stay, and the top_k experts among them
-    are taken. Weights are s of the chosen experts, renormalized to sum to 1 when renormalize, times
-    scaling_factor (routed_scaling_factor). Returns (weights f32 [T, top_k], ids int32 [T, top_k])."""
-    t, e = logits.shape
-    s = torch.sigmoid(logits.float())
-    choice = s + bias.float()
-    groups = choice.view(t, n_group, e // n_group)
-    group_score = groups.topk(2, dim=-1).values.sum(dim=-1)
-    keep = torch.zeros_like(group_score).scatter_(1, group_score.topk(topk_group, dim=-1).indices, 1.0)
-    mask = keep.unsqueeze(-1).expand(t, n_group, e // n_group).reshape(t, e)
-    ids = choice.masked_fill(mask == 0, float("-inf")).topk(top_k, dim=-1).indices
-    w = s.gather(1, ids)
-    if renormalize:
-        w = w / w.sum(dim=-1, keepdim=True)
-    return w * scaling_factor, ids.to(torch.int32)
-
-
-# ------------------------------------------------------------------------------------------------
-# Dispatch: where each (token, choice) goes, pure torch with fixed shapes
-# ------------------------------------------------------------------------------------------------
-
-def contiguous_dispatch(ids, experts):
-    """Rows of the contiguous form for ids [T, top_k]: returns (src2dst int32 [T, top_k], offsets int32
-    [E + 1]), entries grouped by expert in token order (a stable sort), T * top_k rows in all."""
-    flat = ids.reshape(-1).long()
-    order = torch.sort(flat, stable=True).indices
-    dst = torch.empty_like(order)
-    dst[order] = torch.arange(flat.numel(), device=ids.device)
-    counts = torch.zeros(experts, dtype=torch.int64, device=ids.device).scatter_add_(0, flat, torch.ones_like(flat))
-    offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-    return dst.view(ids.shape).to(torch.int32), offsets.to(torch.int32)
-
-
-def masked_dispatch(ids, experts, m_max):
-    """Slots of the masked form for ids [T, top_k]: entry (t, j) goes to row pos of expert ids[t, j],
-    pos = how many earlier entries chose that expert. Returns (src2dst int32 [T, top_k] = e * m_max +
-    pos into the [E * m_max] rows, or -1 past m_max; masked_m int32 [E], clamped to m_max). With
-    m_max >= T nothing is dropped: a token chooses an expert at most once."""
-    flat = ids.reshape(-1).long()
-    onehot = torch.nn.functional.one_hot(flat, experts)
-    pos = (onehot.cumsum(0) - 1).gather(1, flat.unsqueeze(1)).squeeze(1)
-    dst = torch.where(pos < m_max, flat * m_max + pos, torch.full_like(pos, -1))
-    masked_m = onehot.sum(0).clamp(max=m_max)
-    return dst.view(ids.shape).to(torch.int32), masked_m.to(torch.int32)
-
-
-def _combine(down_rows, src2dst, weights):
-    """out[t] = sum_j weights[t, j] * down_rows[src2dst[t, j]] in fp32 (entries -1 contribute 0)."""
-    idx = src2dst.long()
-    rows = down_rows[idx.clamp(min=0)].float() * (weights * (idx >= 0)).unsqueeze(-1)
-    return rows.sum(dim=1)
-
-
-# ------------------------------------------------------------------------------------------------
 # The layer
 # ------------------------------------------------------------------------------------------------
 
@@ -177,11 +112,16 @@ if torch is not None:
 
         forward(x [T, H] bf16, router_logits [T, E]) -> [T, H] bf16. masked_m_max=None runs the
         contiguous form (prefill); an int runs the masked form with that M_max (decode; pass T or more
-        and nothing is dropped), whose shapes depend on T alone: it captures in a CUDA graph."""
+        and nothing is dropped), whose shapes depend on T alone: it captures in a CUDA graph.
+
+        expert_map (int32 [E_global], optional): this GPU holds E of an expert-parallel layer's E_global
+        experts; router_logits are over E_global, expert_map[g] is global expert g's index in w13/w2 or
+        -1. Entries on experts held elsewhere are dropped: the output is this GPU's part of the sum,
+        which the caller adds up over the GPUs (an all-reduce, or its own combine)."""
 
         def __init__(self, w13, w13_scale, w2, w2_scale, top_k, scale="block", routing="softmax",
                      renormalize=True, e_score_correction_bias=None, n_group=1, topk_group=1,
-                     routed_scaling_factor=1.0, shared_expert=None, masked_m_max=None):
+                     routed_scaling_factor=1.0, shared_expert=None, masked_m_max=None, expert_map=None):
             super().__init__()
             if scale not in ("block", "row"):
                 raise ValueError(f"scale: 'block' or 'row', got {scale!r}")
@@ -203,6 +143,9 @@ if torch is not None:
             self.register_buffer("w2", w2)
             self.register_buffer("w2_scale", w2_scale)
             self.register_buffer("e_score_correction_bias", e_score_correction_bias)
+            if expert_map is not None and (expert_map.dim() != 1 or int(expert_map.max()) >= e):
+                raise ValueError(f"expert_map: int [E_global] of local indices < {e} or -1, got {tuple(expert_map.shape)}")
+            self.register_buffer("expert_map", None if expert_map is None else expert_map.to(torch.int32))
 
         def route(self, router_logits):
             if self.routing == "softmax":
@@ -213,6 +156,8 @@ if torch is not None:
         def forward(self, x, router_logits):
             from . import ops
             weights, ids = self.route(router_logits)
+            if self.expert_map is not None:
+                ids = self.expert_map[ids.long()]
             t, h, e = x.shape[0], self.hidden, self.experts
             block = self.scale == "block"
             masked = self.masked_m_max is not None
@@ -264,30 +209,3 @@ if torch is not None:
 
 else:
     Fp8MoE = None
-
-
-def dequantize_weight(w, w_scale, scale):
-    """The float weight [E, N, K] an FP8 expert weight stands for: codes times their 128x128 block
-    scales ("block") or per-channel scales ("row")."""
-    wf = w.float()
-    if scale == "row":
-        return wf * w_scale.float().reshape(w.shape[0], w.shape[1], 1)
-    e, n, k = w.shape
-    sb = w_scale.float().repeat_interleave(128, dim=1)[:, :n].repeat_interleave(128, dim=2)[:, :, :k]
-    return wf * sb
-
-
-def reference_moe(x, weights, ids, w13, w2):
-    """The layer in plain float torch, the oracle of Fp8MoE's tests: for each token, sum over its
-    chosen experts of weight * down(silu(gate) * up), with float expert weights w13 [E, 2I, H] and
-    w2 [E, H, I] (dequantize_weight gives them from FP8) and no activation quantization."""
-    xf = x.float()
-    out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32, device=x.device)
-    i = w2.shape[2]
-    for j in range(ids.shape[1]):
-        for e in torch.unique(ids[:, j]).tolist():
-            tok = (ids[:, j] == e).nonzero().squeeze(1)
-            h = xf[tok] @ w13[e].float().t()
-            act = torch.nn.functional.silu(h[:, :i]) * h[:, i:]
-            out[tok] += weights[tok, j].unsqueeze(1) * (act @ w2[e].float().t())
-    return out

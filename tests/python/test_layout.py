@@ -142,9 +142,14 @@ def test_sdist_leaves_out_the_archive():
     assert skbuild["wheel"]["packages"] == ["python/fp8route"]  # the wheel: the package and CMake's installs
 
 
-MODEL_MODULES = ("config", "weights", "checkpoint", "sharding", "backends", "llama")
+MODEL_MODULES = ("config", "weights", "checkpoint", "sharding", "backends", "llama", "moe_config", "experts", "moe_ffn",
+                 "moe_model")
 PUBLIC = ("BACKENDS", "DecodeGraph", "LinearWeight", "LlamaConfig", "LlamaModel", "RankWeights", "SafetensorsState",
           "linear_from_state", "quantize", "random_state_dict", "rank_linear_shapes", "rope_inv_freq", "tp_shard")
+# The MoE models' public names, each from its own module (llama.py does not re-export them).
+MOE_PUBLIC = {"MoeConfig": "moe_config", "expert_map": "moe_config", "expert_range": "moe_config",
+              "ExpertWeights": "experts", "MoeFfn": "moe_ffn", "MoeModel": "moe_model", "MoeRankWeights": "moe_model",
+              "moe_block_from_state": "moe_model", "random_moe_block": "moe_model", "random_moe_state_dict": "moe_model"}
 
 
 def test_models_modules_import():
@@ -157,4 +162,6 @@ def test_models_modules_import():
     assert callable(weight_quant.quantize_weight)
     for name in PUBLIC:
         assert getattr(models, name) is getattr(models.llama, name), name
-    assert sorted(models.__all__) == sorted(PUBLIC)
+    for name, module in MOE_PUBLIC.items():
+        assert getattr(models, name) is getattr(getattr(models, module), name), name
+    assert sorted(models.__all__) == sorted(PUBLIC + tuple(MOE_PUBLIC))

@@ -61,6 +61,17 @@ def test_masked_dispatch_slots_and_clamps():
     assert (src2dst >= 0).all() and masked_m.tolist() == [2, 3, 1]
 
 
+def test_dispatch_drops_experts_held_elsewhere():
+    """ids of -1 (expert_map: an expert another GPU holds) get no row and count in no group."""
+    ids = torch.tensor([[2, -1], [-1, 0], [2, 1]], dtype=torch.int32)
+    src2dst, offsets = moe.contiguous_dispatch(ids, 3)
+    assert offsets.tolist() == [0, 1, 2, 4]
+    assert src2dst.tolist() == [[2, -1], [-1, 0], [3, 1]]
+    src2dst, masked_m = moe.masked_dispatch(ids, 3, m_max=3)
+    assert masked_m.tolist() == [1, 1, 2]
+    assert src2dst.tolist() == [[6, -1], [-1, 0], [7, 3]]
+
+
 def test_reference_moe_is_the_per_token_sum():
     torch.manual_seed(1)
     t, h, i, e = 4, 8, 6, 5

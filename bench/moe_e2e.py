@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Qwen3-30B-A3B decode with its MoE FFNs on fp8route against torch at its best (fp8route.models,
+random weights), at batch 1 and 32 by default:
+
+  fp8route        Fp8MoE: masked grouped GEMMs (the decode form), per-token scales (act row)
+  fp8route:block  the same with 1x128 activation groups and 128x128 weight blocks
+  torch_fp8       softmax top-k, per-token quant compiled (torch.compile), rows sorted by expert,
+                  torch._scaled_grouped_mm (row-wise scales), silu_and_mul + quant compiled, the
+                  weighted combine with index_add_
+  bf16            the same permutation with torch._grouped_mm in bf16
+Every variant's step is one CUDA graph (no host synchronization in any of them).
+
+Two measurements (--mode):
+  layer  the MoE block alone: --moe-layers distinct blocks (each its own router and 128 experts,
+         so that a replay reads cold weights, as a decoder's next layer does) run back to back on
+         the same [batch, 2048] hidden states in one graph; us per layer = replay / blocks.
+         Floor: the bytes of the experts the routing actually chose (distinct experts per block,
+         counted in an eager run) plus the router, over the device-to-device copy bandwidth
+         measured in the same run; fraction = floor / time. Reading 8 experts (37.7 MB) is 8.9 us.
+  model  the whole decoder (48 layers; --layers to cut), a decode step at KV length --kv-len in a
+         CUDA graph (LlamaModel.capture_decode); us per layer = step / layers; the floor adds the
+         attention weights, norms and lm_head (MoeModel.weight_bytes with the active experts).
+Timing: the variants' graphs replayed interleaved, in a shuffled order each round, each replay
+timed with its own CUDA events; the median (bench/e2e.py's method).
+
+  python3 bench/moe_e2e.py                                  # layer and model, batch 1 and 32
+  python3 bench/moe_e2e.py --mode layer --batches 1,8,32,64 --variants fp8route,fp8route:block,torch_fp8
+  python3 bench/moe_e2e.py --mode model --layers 8 --json moe_e2e.json
+
+Memory (model mode, all 48 layers): about 30 GB of FP8 experts shared by fp8route and torch_fp8,
+60 GB of bf16 experts, 30 GB more for fp8route:block (requantized in blocks): the default variants
+fit an H200 (141 GB); add fp8route:block with --layers 24 or fewer.
+"""
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+# The published config.json of Qwen3-30B-A3B (tests/python/test_moe_models.py holds the same).
+QWEN3_30B_A3B = {
+    "model_type": "qwen3_moe", "attention_bias": False, "decoder_sparse_step": 1, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
+    "mlp_only_layers": [], "moe_intermediate_size": 768, "norm_topk_prob": True, "num_attention_heads": 32,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+    "use_sliding_window": False, "vocab_size": 151936,
+}
+VARIANTS = ("fp8route", "fp8route:block", "torch_fp8", "bf16")
+DEFAULT_VARIANTS = ("fp8route", "torch_fp8", "bf16")
+
+
+def split(v):
+    backend, _, act = v.partition(":")
+    return backend, act or "row"
+
+
+def names(choices):
+    def parse(text):
+        out = [v.strip() for v in text.split(",") if v.strip()]
+        if not out or any(v not in choices for v in out):
+            raise argparse.ArgumentTypeError(f"one or more of {', '.join(choices)}, got {text!r}")
+        return out
+    return parse
+
+
+def captured(fn, warmup=2):
+    """fn run `warmup` times on a side stream (compilation, first calls), then captured."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g
+
+
+def layer_mode(args, moe, bw, e2e, M):
+    from fp8route.models.backends import _make_backend
+    from fp8route.models.moe_ffn import moe_kind
+    rows = []
+    blocks = {}  # variant -> [MoeFfn]; one set of FP8 channel experts serves fp8route and torch_fp8
+    t0 = time.time()
+    made = [M.random_moe_block(moe, i, "channel", "channel", seed=args.seed, device="cuda")
+            for i in range(args.moe_layers)]
+    for v in args.variants:
+        backend, act = split(v)
+        kind, dtype = moe_kind(backend, act)
+        be = _make_backend(backend, act, True)
+        blocks[v] = [M.MoeFfn(moe, b["experts"].convert(kind, dtype or torch.float32), b["router"], be, backend, act)
+                     for b in made]
+    del made
+    print(f"\n== layer: {args.moe_layers} Qwen3-30B-A3B MoE blocks per replay (built in {time.time() - t0:.0f} s)",
+          flush=True)
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    for batch in args.batches:
+        x = torch.randn(batch, moe.hidden_size, device="cuda", generator=gen).to(torch.bfloat16)
+        graphs, floor = {}, {}
+        for v, fs in blocks.items():
+            for f in fs:  # the distinct experts each block's routing chose (eager, counted)
+                f.record = True
+                f(x)
+                f.record = False
+            active = [f.last_active for f in fs]
+            floor[v] = sum(n * f.experts.expert_nbytes() + f.fixed_nbytes() for n, f in zip(active, fs))
+            try:
+                graphs[v] = captured(lambda fs=fs: [f(x) for f in fs])
+            except Exception as e:  # e.g. a torch build without _scaled_grouped_mm: reported, not timed
+                print(f"  batch {batch} {v}: not run: {str(e).splitlines()[0][:160]}", flush=True)
+        times = e2e.interleaved_ms({v: g.replay for v, g in graphs.items()}, args.iters, warmup=3, seed=batch)
+        for v, ms in times.items():
+            us = ms * 1e3 / args.moe_layers
+            floor_us = floor[v] / bw * 1e6 / args.moe_layers
+            rows.append(dict(mode="layer", variant=v, batch=batch, us_per_layer=us, floor_us=floor_us,
+                             fraction=floor_us / us, active_bytes_per_layer=floor[v] / args.moe_layers))
+            print(f"  batch {batch:3d} {v:15s}: {us:8.1f} us/layer, floor {floor_us:6.1f} us "
+                  f"({floor[v] / args.moe_layers / 1e6:6.1f} MB read), {100 * floor_us / us:5.1f}% of it", flush=True)
+        del graphs
+    del blocks
+    gc.collect()
+    torch.cuda.empty_cache()
+    return rows
+
+
+def model_mode(args, moe, bw, e2e, M):
+    rows = []
+    t0 = time.time()
+    weights = M.MoeRankWeights.random(moe, seed=args.seed, weight_format="channel", expert_kind="channel",
+                                      device="cuda")
+    models = {}
+    for v in args.variants:
+        backend, act = split(v)
+        models[v] = M.MoeModel(moe, weights, backend=backend, act=act, device="cuda", max_batch=max(args.batches),
+                               max_seq=args.kv_len + 1)
+    layers = moe.num_hidden_layers
+    print(f"\n== model: Qwen3-30B-A3B, {layers} layers, KV length {args.kv_len} (built in {time.time() - t0:.0f} s)",
+          flush=True)
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    for batch in args.batches:
+        toks = torch.randint(0, moe.base.vocab_size, (batch,), device="cuda", generator=gen)
+        pos = torch.full((batch,), args.kv_len, device="cuda")
+        steps, floor = {}, {}
+        for v, m in models.items():
+            m.record_routing(True)
+            m.decode_step(toks, pos)
+            m.record_routing(False)
+            active = [f.last_active for f in m.moe_layers()]
+            floor[v] = m.weight_bytes(active) + m.kv_bytes(batch, args.kv_len + 1)
+            try:
+                steps[v] = m.capture_decode(batch)
+                steps[v].tokens.copy_(toks)
+                steps[v].positions.copy_(pos)
+            except Exception as e:
+                print(f"  batch {batch} {v}: not run: {str(e).splitlines()[0][:160]}", flush=True)
+        times = e2e.interleaved_ms({v: s.replay for v, s in steps.items()}, args.iters, warmup=3, seed=batch)
+        for v, ms in times.items():
+            floor_ms = floor[v] / bw * 1e3
+            rows.append(dict(mode="model", variant=v, batch=batch, kv_len=args.kv_len, ms=ms,
+                             us_per_layer=ms * 1e3 / layers, tok_s=batch / ms * 1e3, floor_ms=floor_ms,
+                             fraction=floor_ms / ms, bytes=floor[v]))
+            print(f"  batch {batch:3d} {v:15s}: {ms * 1e3 / layers:8.1f} us/layer, {ms:7.3f} ms/step "
+                  f"{batch / ms * 1e3:9.1f} tok/s, {100 * floor_ms / ms:5.1f}% of the read floor "
+                  f"({floor[v] / 1e9:5.2f} GB with KV)", flush=True)
+        del steps
+    del models, weights
+    gc.collect()
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=("layer", "model", "both"), default="both")
+    ap.add_argument("--variants", type=names(VARIANTS), default=list(DEFAULT_VARIANTS),
+                    help=f"comma-separated, of {', '.join(VARIANTS)} (default: {','.join(DEFAULT_VARIANTS)})")
+    ap.add_argument("--batches", type=lambda t: [int(b) for b in t.split(",")], default=[1, 32])
+    ap.add_argument("--moe-layers", type=int, default=8, help="layer mode: distinct MoE blocks per replay")
+    ap.add_argument("--layers", type=int, default=0, help="model mode: decoder layers (default: the model's 48)")
+    ap.add_argument("--kv-len", type=int, default=1024)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="write the rows to this file")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench/moe_e2e.py: needs a CUDA device")
+    import e2e  # bench/e2e.py: copy_bandwidth, interleaved_ms
+    from fp8route import models as M
+
+    cfg = dict(QWEN3_30B_A3B)
+    if args.layers:
+        cfg["num_hidden_layers"] = args.layers
+    moe = M.MoeConfig.from_hf(cfg)
+    bw = e2e.copy_bandwidth()
+    dev = torch.cuda.get_device_name()
+    print(f"{dev}: device-to-device copy {bw / 1e9:.0f} GB/s (read + write), torch {torch.__version__}")
+    rows = []
+    if args.mode in ("layer", "both"):
+        rows += layer_mode(args, moe, bw, e2e, M)
+    if args.mode in ("model", "both"):
+        rows += model_mode(args, moe, bw, e2e, M)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=dev, torch=torch.__version__, copy_bytes_per_s=bw, rows=rows), f, indent=1)
+        print(f"json: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
