@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/chain_trace.h"
 #include "fp8route/attention.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -309,6 +310,56 @@ void decode_attention(FfiTensor qkv, FfiTensor k_cache, FfiTensor v_cache, FfiTe
     a.window = static_cast<int>(window);
     a.cache_ready = cache_ready;
     fp8route::decode_attention(a, view(out, "out"), stream_of(qkv));
+  });
+}
+
+// The chain trace (src/core/chain_trace.h), for bench/decode_chain.py: a diagnostic, not the
+// package's API (python/fp8route/chain_trace.py wraps it).
+String chain_trace_info() {
+  return String(nlohmann::json{{"compiled_in", fp8route::chain_trace::compiled_in()},
+                               {"armed", fp8route::chain_trace::armed()}}.dump());
+}
+void chain_trace_arm(int64_t capacity) {
+  guarded([&] {
+    FP8ROUTE_CHECK(capacity >= 1 && capacity <= (1 << 20), "capacity: 1 .. 2^20, got " << capacity);
+    fp8route::chain_trace::arm(static_cast<int>(capacity));
+  });
+}
+void chain_trace_disarm() { fp8route::chain_trace::disarm(); }
+void chain_trace_reset() { guarded([] { fp8route::chain_trace::reset(); }); }
+String chain_trace_read() {
+  return guarded([] {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : fp8route::chain_trace::read())
+      out.push_back({{"kernel", r.kernel},
+                     {"grid", {r.grid[0], r.grid[1], r.grid[2]}},
+                     {"block", {r.block[0], r.block[1], r.block[2]}},
+                     {"cluster", {r.cluster[0], r.cluster[1], r.cluster[2]}},
+                     {"smem", r.smem},
+                     {"start_first", r.start_first},
+                     {"start_last", r.start_last},
+                     {"release_first", r.release_first},
+                     {"release_last", r.release_last},
+                     {"exit_first", r.exit_first},
+                     {"exit_last", r.exit_last},
+                     {"blocks", r.blocks}});
+    return String(out.dump());
+  });
+}
+int64_t chain_trace_tick_ns() {
+  return guarded([] { return fp8route::chain_trace::globaltimer_tick_ns(); });
+}
+// buf: int32 [n + 1] on the GPU; the chain runs on the current stream (capturable).
+void chain_trace_empty_chain(FfiTensor buf, int64_t n, int64_t blocks, bool pdl) {
+  guarded([&] {
+    const DeviceGuard device(buf);
+    const fp8route::TensorView b = view(buf, "buf");
+    FP8ROUTE_CHECK(b.device.type == fp8route::DeviceType::cuda && b.dtype == fp8route::DType::i32 && b.ndim == 1 &&
+                       b.shape[0] == n + 1,
+                   "buf: int32 [n + 1] on a GPU expected");
+    FP8ROUTE_CHECK(n >= 1 && n <= 100000 && blocks >= 1 && blocks <= 65535, "n: 1 .. 1e5, blocks: 1 .. 65535");
+    fp8route::chain_trace::empty_chain(static_cast<int32_t*>(b.data), static_cast<int>(n), static_cast<int>(blocks),
+                                       pdl, stream_of(buf));
   });
 }
 
@@ -685,3 +736,10 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(probe_shapes, probe_shapes);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(set_autoprobe, set_autoprobe);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(autoprobe_info, autoprobe_info);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(warmup, warmup);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_info, chain_trace_info);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_arm, chain_trace_arm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_disarm, chain_trace_disarm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_reset, chain_trace_reset);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_read, chain_trace_read);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_tick_ns, chain_trace_tick_ns);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_empty_chain, chain_trace_empty_chain);

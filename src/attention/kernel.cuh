@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "core/chain_trace.cuh"
 #include "core/griddep.cuh"
 #include "quant/norm_kernel.cuh"
 
@@ -47,6 +48,7 @@ struct DecodeAttnParams {
   bool cache_ready;               // positions and the cached rows are read before griddepcontrol.wait
   float eps;
   float scale_log2;               // softmax scale * log2(e)
+  FP8ROUTE_TRACE_FIELD
 };
 
 constexpr int kAttnWarps = 8;
@@ -121,6 +123,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   constexpr int kRowsPerStep = 32 / kLanesPerRow;
   constexpr int kSteps = G >= 8 ? 2 : 4;       // positions per lane per iteration (loads in flight)
   using Smem = AttnSmem<D, G>;
+  FP8ROUTE_TRACE_SCOPE(p.trace);
   extern __shared__ __align__(16) float smem[];
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -137,6 +140,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   // qkv comes from the previous kernel. With cache_ready the positions and the cached rows do not
   // (the caller's promise), so their first loads are issued before the wait.
   if (!p.cache_ready) griddep_wait();
+  FP8ROUTE_TRACE(if (!p.cache_ready) trace_release(p.trace));
   const int pos = p.positions[b];
   if (pos < 0 || pos >= p.seq) {  // the same branch in every block of the cluster
     griddep_wait();  // out may still be read by an earlier kernel
@@ -170,6 +174,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   Raw8<T> kr[kSteps], vr[kSteps];
   load_rows(begin + warp * kRowsPerIter, kr, vr);
   if (p.cache_ready) griddep_wait();
+  FP8ROUTE_TRACE(if (p.cache_ready) trace_release(p.trace));
 
   // 1. Prologue.
   const T* row = static_cast<const T*>(p.qkv) + b * p.qkv_stride;

@@ -14,6 +14,7 @@
 // holding y: per 1xG group, per token, or by a static per-tensor scale. So fusing never changes a
 // code or a scale.
 
+#include "core/chain_trace.cuh"
 #include "core/griddep.cuh"
 #include "quant/kernel.cuh"
 
@@ -38,6 +39,7 @@ struct NormParams {
   const float* static_scale;              // tensor_static: device f32 [1]
   float qmax;
   bool int8, pow2, packed;
+  FP8ROUTE_TRACE_FIELD
 };
 
 constexpr int kNormMaxThreads = 512;
@@ -65,10 +67,12 @@ template <class T, int kItems, NormOut kOut>
 __global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const NormParams p) {
   __shared__ double warp_sum[kNormMaxThreads / 32];
   __shared__ float warp_max[32];
+  FP8ROUTE_TRACE_SCOPE(p.trace);
   // Every read below may depend on the previous kernel; the next one may start its own
   // independent prologue (a GEMM's weight prefetch) while this one runs.
   griddep_launch_dependents();
   griddep_wait();
+  FP8ROUTE_TRACE(trace_release(p.trace));
   const int t = blockIdx.x;
   const int tid = threadIdx.x;
   const int nthreads = blockDim.x;

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/chain_trace.h"
 #include "core/cuda_check.h"
 #include "core/launch.h"
 #include "fp8route/device.h"
@@ -222,6 +223,8 @@ class DecodeBackend final : public GemmBackend {
     s.smem = k.smem;
     if (l.splits > 1) s.cluster = dim3(1, l.splits, 1);
     s.pdl = true;
+    FP8ROUTE_TRACE(kp.trace = chain_trace::next(("decode " + configs()[config]).c_str(), s.grid, s.block, s.smem,
+                                                 s.cluster);)
     launch_kernel(kernel, s, stream, wmap, amap, kp);
   }
 };

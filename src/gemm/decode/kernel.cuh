@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "core/chain_trace.cuh"
 #include "core/griddep.cuh"
 #include "gemm/sm90.cuh"
 
@@ -58,6 +59,7 @@ struct Params {
   int sa_ld;  // block: align(M, 4)
   int sb_ld;  // block: ceil(K / 128)
   bool prefetch_weight;
+  FP8ROUTE_TRACE_FIELD
 };
 
 template <int kTokenTiles, int kRowTilesPerWarp, int kStages>
@@ -119,6 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const Params p) {
   using T = Traits<kTokenTiles, kRowTilesPerWarp, kStages>;
   constexpr int NT = kTokenTiles, RT = kRowTilesPerWarp;
+  FP8ROUTE_TRACE_SCOPE(p.trace);
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t base = smem_u32(smem);
@@ -201,6 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     if (p.prefetch_weight) load_weight_side();
     griddep_wait();
+    FP8ROUTE_TRACE(trace_release(p.trace));
     if (!p.prefetch_weight) load_weight_side();
     if (block_scales) {
       for (int i = tid; i < nk * p.sa_ld; i += kConsumerWarps * 32) sa_s[i] = p.sa[int64_t(kb0) * p.sa_ld + i];
