@@ -26,6 +26,11 @@ struct RmsNormInput {
   TensorView residual;      // optional (no data and ndim 0: none): [T, H] of x's dtype; then
                             // h = x + residual (rounded to x's dtype) is what is normalized
   TensorView residual_out;  // [T, H] of x's dtype, required with residual: receives h
+  // The caller's promise that `weight` is not written by the kernel just before this op in the stream
+  // (a model's norm weight, written at load time): with programmatic dependent launch the kernel
+  // then loads it while that kernel finishes, and waits for it only before reading x and residual.
+  // False: every read waits.
+  bool static_weight = false;
 };
 
 inline constexpr int64_t kRmsNormMaxHidden = 32768;

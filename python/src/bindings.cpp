@@ -247,9 +247,10 @@ void per_tensor_quant(FfiTensor x, FfiTensor q, FfiTensor scale, bool dynamic) {
 }
 
 fp8route::RmsNormInput norm_input(const FfiTensor& x, const FfiTensor& weight, double eps, bool has_residual,
-                                  const FfiTensor& residual, const FfiTensor& residual_out) {
+                                  const FfiTensor& residual, const FfiTensor& residual_out, bool static_weight) {
   FP8ROUTE_CHECK(std::isfinite(eps) && eps >= 0 && eps <= 3.4e38, "eps: must be finite, >= 0 and fit a float, got " << eps);
   fp8route::RmsNormInput in{view(x, "x"), view(weight, "weight"), static_cast<float>(eps), {}, {}};
+  in.static_weight = static_weight;
   if (has_residual) {
     in.residual = view(residual, "residual");
     in.residual_out = view(residual_out, "residual_out");
@@ -259,12 +260,13 @@ fp8route::RmsNormInput norm_input(const FfiTensor& x, const FfiTensor& weight, d
 
 // RMSNorm (quant = "none": out = the normalized values) or RMSNorm fused with a quantization:
 // "group" (q, s of the spec), "token" (q, s f32 [T]), "tensor_static" (s is the static scale).
+// static_weight: RmsNormInput::static_weight.
 void rms_norm(FfiTensor x, FfiTensor weight, double eps, bool has_residual, FfiTensor residual,
               FfiTensor residual_out, FfiTensor q, FfiTensor s, String quant, int64_t group_size, String code,
-              String rounding, String storage, String layout) {
+              String rounding, String storage, String layout, bool static_weight) {
   guarded([&] {
     const DeviceGuard device(x);
-    const auto in = norm_input(x, weight, eps, has_residual, residual, residual_out);
+    const auto in = norm_input(x, weight, eps, has_residual, residual, residual_out, static_weight);
     const std::string kind(quant);
     if (kind == "none")
       fp8route::rms_norm(in, view(q, "out"), stream_of(x));

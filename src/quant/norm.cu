@@ -91,6 +91,7 @@ NormParams input_params(const RmsNormInput& in) {
   p.hidden = static_cast<int32_t>(hidden);
   p.vecs = static_cast<int32_t>(hidden / kernels::kQuantVec);
   p.eps = in.eps;
+  p.weight_ready = in.static_weight;
   return p;
 }
 
