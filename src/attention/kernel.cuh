@@ -71,6 +71,10 @@ struct AttnSmem {
   static constexpr int kBytes = kFloats * 4;
 };
 
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // The factor that rescales a softmax state (sum and output) kept at maximum m to the maximum mnew
 // >= m when states over disjoint positions merge; m is a base-2 score maximum, -inf for a state
 // with no position yet (factor 0, where exp2(-inf - -inf) would be NaN).
@@ -124,6 +128,11 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   constexpr int kSteps = G >= 8 ? 2 : 4;       // positions per lane per iteration (loads in flight)
   using Smem = AttnSmem<D, G>;
   FP8ROUTE_TRACE_SCOPE(p.trace);
+  // Dependents may launch at once: each waits (griddepcontrol.wait) for this grid's completion and
+  // memory flush before it reads out or the cache, and reads before its wait only what no kernel of
+  // the step writes (weights). Every block of this grid is resident when the trigger takes effect
+  // (it needs all of them), so dependents never take an SM one of this grid's blocks waits for.
+  griddep_launch_dependents();
   extern __shared__ __align__(16) float smem[];
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -173,7 +182,20 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   // the first iteration's before the prologue (the cached rows do not depend on it).
   Raw8<T> kr[kSteps], vr[kSteps];
   load_rows(begin + warp * kRowsPerIter, kr, vr);
-  if (p.cache_ready) griddep_wait();
+  if (p.cache_ready) {
+    // The rest of the split's cached rows into L2 while the previous kernel finishes, so that the
+    // main loop's loads hit L2; chunk 0 alone: the other chunks of the kv head read the same rows.
+    constexpr int kLines = D * int(sizeof(T)) / 128;
+    constexpr int kLineElems = 128 / int(sizeof(T));
+    const int first = begin + kAttnWarps * kRowsPerIter;
+    if (chunk == 0)
+      for (int i = tid; i < (end - first) * kLines; i += kAttnThreads) {
+        const int r = first + i / kLines, e = (i % kLines) * kLineElems;
+        prefetch_l2(kc + r * p.kc_sp + e);
+        prefetch_l2(vc + r * p.vc_sp + e);
+      }
+    griddep_wait();
+  }
   FP8ROUTE_TRACE(if (p.cache_ready) trace_release(p.trace));
 
   // 1. Prologue.
@@ -266,7 +288,6 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
 #pragma unroll
     for (int i = 0; i < kSteps; ++i) kr[i] = kn[i], vr[i] = vn[i];
   }
-  griddep_launch_dependents();
 
   // 3. Merges: the rows of a warp (lanes kLanesPerRow apart hold the same columns)...
 #pragma unroll
