@@ -31,9 +31,14 @@ the boundary and incr of the kernel after them include them (marked "+q"). The e
 are torch kernels, not traced. The table shows each kernel of a layer as the median over layers
 1 .. L-1 and over --trace-reps replays; --json keeps every kernel of every replay's median.
 
+--ring own,deep (the default) captures the model twice: with each decode GEMM config's own weight
+ring, and with the deep ring (one-block-per-SM configs in one-wave grids request up to their whole
+K slice before griddepcontrol.wait; src/gemm/decode/deep_ring.h), and prints both.
+
 Step times are medians of --reps graph replays with CUDA events (bench/e2e.py's interleaved method),
 of the graph captured with the trace armed and of one captured without it (in a trace build the
-difference is the trace's own cost). Copy bandwidth and roofline as bench/e2e.py defines them.
+difference is the trace's own cost); every variant's graphs are timed side by side. Copy bandwidth
+and roofline as bench/e2e.py defines them.
 The trace perturbs what it measures by one block barrier and six 64-bit atomics per block.
 """
 import argparse
@@ -225,7 +230,8 @@ def layer_roles(model):
 
 def capture(model, armed, capacity=4096):
     """DecodeGraph's capture (bench/e2e.py's step: batch 1 at the last cache slot), with the trace
-    armed for the capture alone when `armed`."""
+    armed for the capture alone when `armed`. Returns (graph, the traced kernels' names in slot
+    order); a later arm() reuses the slots, so the names are kept here."""
     from fp8route import chain_trace as ct
     dev = model.device
     tokens = torch.zeros(1, dtype=torch.long, device=dev)
@@ -244,7 +250,7 @@ def capture(model, armed, capacity=4096):
             model.decode_step(tokens, positions)
     finally:
         ct.disarm()
-    return g
+    return g, [r["kernel"] for r in ct.read()] if armed else []
 
 
 def run_model(name, args, bw, L):
@@ -257,38 +263,55 @@ def run_model(name, args, bw, L):
     model = L.LlamaModel(cfg, weights, backend="fp8route", act="row", device="cuda", max_batch=1,
                          max_seq=args.kv_len + 1, skip_collectives=tp > 1)
     roles, routes = layer_roles(model)
-    g_plain = capture(model, armed=False)
     traced = ct.compiled_in()
-    g_traced = capture(model, armed=True) if traced else None
-    fns = {"untraced": g_plain.replay}
-    if g_traced is not None:
-        fns["traced"] = g_traced.replay
+    # Each ring variant's graphs are captured with the decode backend's deep ring set as it says
+    # (launches read it at capture); all graphs are then timed side by side.
+    graphs, fns = {}, {}
+    for ring in args.ring:
+        ct.set_decode_deep_ring(ring == "deep")
+        plain, _ = capture(model, armed=False)
+        graphs[ring] = (plain, capture(model, armed=True) if traced else None)
+        fns[ring] = plain.replay
+        if traced:
+            fns[ring + " traced"] = graphs[ring][1][0].replay
+    ct.set_decode_deep_ring(False)
     step_ms = e2e.interleaved_ms(fns, args.reps, 10)
-    roofline_ms = model.weight_bytes() / bw * 1e3
+    roofline_us = model.weight_bytes() / bw * 1e6
     print(f"\n== {name}: {args.layers} layers, batch 1, KV {args.kv_len}; routes {routes}")
-    print(f"step {step_ms['untraced'] * 1e3:.1f} us untraced" +
-          (f", {step_ms['traced'] * 1e3:.1f} us traced" if "traced" in step_ms else "") +
-          f"; weight read {roofline_ms * 1e3:.1f} us: {roofline_ms / step_ms['untraced'] * 100:.1f}% of the roofline")
-    result = dict(model=name, layers=args.layers, kv_len=args.kv_len, routes=routes, step_us=step_ms["untraced"] * 1e3,
-                  step_traced_us=step_ms.get("traced", 0) * 1e3 or None, roofline_us=roofline_ms * 1e3)
-    if g_traced is None:
-        print("  (no per-kernel trace: the library was built without FP8ROUTE_CHAIN_TRACE)")
-        return result
-    replays = traced_replays(g_traced.replay, args.trace_reps)
-    kinds = [r["kernel"] for r in replays[0]]
+    result = dict(model=name, layers=args.layers, kv_len=args.kv_len, routes=routes, roofline_us=roofline_us,
+                  variants={})
+    for ring in args.ring:
+        untraced_us = step_ms[ring] * 1e3
+        traced_us = step_ms[ring + " traced"] * 1e3 if traced else None
+        print(f"\n-- ring {ring}: step {untraced_us:.1f} us untraced" +
+              (f", {traced_us:.1f} us traced" if traced_us else "") +
+              f"; weight read {roofline_us:.1f} us: {roofline_us / untraced_us * 100:.1f}% of the roofline")
+        res = dict(step_us=untraced_us, step_traced_us=traced_us)
+        result["variants"][ring] = res
+        if not traced:
+            print("  (no per-kernel trace: the library was built without FP8ROUTE_CHAIN_TRACE)")
+            continue
+        res.update(trace_table(graphs[ring][1], roles, model, args, bw))
+    return result
+
+
+def trace_table(traced_graph, roles, model, args, bw):
+    """Replays the traced graph, prints the per-role table; returns the rows for --json."""
+    graph, kinds = traced_graph
+    replays = traced_replays(graph.replay, args.trace_reps)
     rows = median_rows(replays)
     per_layer = len(roles)
     expected = per_layer * args.layers + 1  # + the final norm
-    result["kernels"] = [dict(kernel=k, **r) for k, r in zip(kinds, rows)]
+    out = dict(kernels=[dict(kernel=k, grid=r["grid"], **m) for k, r, m in zip(kinds, replays[0], rows)])
     if len(kinds) != expected:
         print(f"  traced {len(kinds)} kernels, expected {expected} ({per_layer} a layer + the final norm): the table "
               f"by role is skipped; --json has every kernel")
-        return result
-    print(f"{'kernel':>11} {'[grid]':>14} {'launch':>22} {'lead':>7} {'boundary':>9} {'post':>7} {'incr':>7} "
+        return out
+    print(f"{'kernel':>12} {'[grid]':>10} {'launch':>28} {'lead':>7} {'boundary':>9} {'post':>7} {'incr':>7} "
           f"{'read':>6} {'above':>7} {'above_post':>10}")
     by_role = []
     for j, (role, lin, note) in enumerate(roles):
-        idx = [layer * per_layer + j for layer in range(1, args.layers)] or [j]
+        idx = [layer * per_layer + j for layer in range(1, args.layers)]
         pick = lambda key: med(rows[i][key] for i in idx)  # noqa: E731
         read = lin.nbytes / bw * 1e6 if lin is not None else None
         incr, post = pick("incr"), pick("post")
@@ -297,21 +320,21 @@ def run_model(name, args, bw, L):
                    above=incr - read if read is not None and incr is not None else None,
                    above_post=post - read if read is not None and post is not None else None, note=note)
         by_role.append(row)
-        grid = "[" + ",".join(str(v) for v in row["grid"] if v > 1 or v == row["grid"][0]) + "]"
-        print(f"{role + note:>11} {grid:>14} {row['kernel'][:22]:>22} {fmt(row['lead'])} {fmt(row['boundary'], 9)} "
+        grid = "[" + ",".join(str(v) for v in row["grid"][:2]) + "]"
+        print(f"{role + note:>12} {grid:>10} {row['kernel'][:28]:>28} {fmt(row['lead'])} {fmt(row['boundary'], 9)} "
               f"{fmt(post)} {fmt(incr)} {fmt(read, 6)} {fmt(row['above'])} {fmt(row['above_post'], 10)}")
-    layer_us = [sum(rows[i]["incr"] for i in range(layer * per_layer, (layer + 1) * per_layer))
-                for layer in range(1, args.layers) if all(rows[i]["incr"] is not None
-                                                          for i in range(layer * per_layer, (layer + 1) * per_layer))]
-    layer_read = sum(lin.nbytes for lin in (model.layers[0].qkv, model.layers[0].o, model.layers[0].gate_up,
-                                             model.layers[0].down)) / bw * 1e6
+    layers = [[rows[i]["incr"] for i in range(layer * per_layer, (layer + 1) * per_layer)]
+              for layer in range(1, args.layers)]
+    layer_us = [sum(v) for v in layers if all(x is not None for x in v)]
+    first = model.layers[0]
+    layer_read = sum(lin.nbytes for lin in (first.qkv, first.o, first.gate_up, first.down)) / bw * 1e6
     if layer_us:
         lu = med(layer_us)
         print(f"layer (median of layers 1..{args.layers - 1}): {lu:.2f} us, weight read {layer_read:.2f} us, "
               f"overhead {lu - layer_read:.2f} us ({lu / layer_read * 100 - 100:.0f}% above the read)")
-        result.update(layer_us=lu, layer_read_us=layer_read)
-    result["by_role"] = by_role
-    return result
+        out.update(layer_us=lu, layer_read_us=layer_read)
+    out["by_role"] = by_role
+    return out
 
 
 def main():
@@ -326,6 +349,9 @@ def main():
     ap.add_argument("--split", action="append", default=None,
                     help="NxK:s1,s2,... for the split test (repeatable; default 4096x4096:1,2,4,8 and "
                          "14336x4096:1,2,4,8); 'none' skips it")
+    ap.add_argument("--ring", type=e2e.name_list(["own", "deep"]), default=["own", "deep"],
+                    help="the decode GEMM's weight ring: own (each config's stages) and/or deep (up to the whole K "
+                         "slice before the wait, src/gemm/decode/deep_ring.h), side by side")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write everything to this file")
     args = ap.parse_args()

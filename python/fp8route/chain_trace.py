@@ -49,3 +49,14 @@ def empty_chain(buf, n, blocks=1, pdl=True):
     """n calibration kernels on the current stream (capturable): each triggers its dependents,
     waits, reads buf[i] and writes buf[i + 1] = buf[i] + 1; buf is int32 [n + 1] on the GPU."""
     lib.chain_trace_empty_chain(buf, int(n), int(blocks), bool(pdl))
+
+
+def set_decode_deep_ring(enabled):
+    """The decode GEMM's deep ring (src/gemm/decode/deep_ring.h) for launches made afterwards: with
+    static weights, one-block-per-SM configs in one-wave grids request up to their whole K slice
+    before griddepcontrol.wait. Off by default; bit-identical results either way."""
+    lib.decode_deep_ring_set(bool(enabled))
+
+
+def decode_deep_ring():
+    return bool(lib.decode_deep_ring_get())

@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/chain_trace.h"
+#include "gemm/decode/deep_ring.h"
 #include "fp8route/attention.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -351,6 +352,9 @@ String chain_trace_read() {
 int64_t chain_trace_tick_ns() {
   return guarded([] { return fp8route::chain_trace::globaltimer_tick_ns(); });
 }
+// The decode backend's deep ring (src/gemm/decode/deep_ring.h), for the chain bench's A/B.
+void decode_deep_ring_set(bool enabled) { fp8route::gemm::set_decode_deep_ring(enabled); }
+bool decode_deep_ring_get() { return fp8route::gemm::decode_deep_ring(); }
 // buf: int32 [n + 1] on the GPU; the chain runs on the current stream (capturable).
 void chain_trace_empty_chain(FfiTensor buf, int64_t n, int64_t blocks, bool pdl) {
   guarded([&] {
@@ -745,3 +749,5 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_reset, chain_trace_reset);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_read, chain_trace_read);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_tick_ns, chain_trace_tick_ns);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_empty_chain, chain_trace_empty_chain);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_deep_ring_set, decode_deep_ring_set);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_deep_ring_get, decode_deep_ring_get);
