@@ -231,7 +231,7 @@ TEST_P(DecodeAttentionGpu, RepeatRunsAreBitIdentical) {
 
 // cache_ready after a kernel that writes qkv and lets its dependents launch at once (an RMSNorm of a
 // staging copy, over qkv poisoned with NaN first): the attention loads the cache early (the first
-// rows into registers, the rest into L2) and must still read the fresh qkv. Output and caches equal,
+// rows into registers, the next into L2) and must still read the fresh qkv. Output and caches equal,
 // bit for bit and every time, those of the same chain without programmatic dependent launch (no
 // early trigger, no early load), with and without cache_ready.
 TEST_P(DecodeAttentionGpu, CacheReadyAfterAProducerOfQkvGivesTheSameBits) {

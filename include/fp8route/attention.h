@@ -36,9 +36,9 @@ struct DecodeAttentionArgs {
   // The caller's promise that `positions` and the cached rows before each position are not written
   // by any kernel that may still run when this op starts (under programmatic dependent launch,
   // earlier kernels of the stream that trigger early can overlap it): in a decoder whose cache only
-  // this op and earlier steps write, and whose steps do not overlap. The kernel then loads them (the
-  // first rows into registers, the rest of its split into L2) while the previous kernel finishes,
-  // and waits for it only before reading qkv. False: every read waits.
+  // this op and earlier steps write, and whose steps do not overlap. The kernel then loads them (its
+  // first rows into registers, the next ones into L2) while the previous kernel finishes, and waits
+  // for it only before reading qkv. False: every read waits.
   bool cache_ready = false;
 };
 

@@ -183,17 +183,18 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   Raw8<T> kr[kSteps], vr[kSteps];
   load_rows(begin + warp * kRowsPerIter, kr, vr);
   if (p.cache_ready) {
-    // The rest of the split's cached rows into L2 while the previous kernel finishes, so that the
-    // main loop's loads hit L2; chunk 0 alone: the other chunks of the kv head read the same rows.
-    constexpr int kLines = D * int(sizeof(T)) / 128;
-    constexpr int kLineElems = 128 / int(sizeof(T));
-    const int first = begin + kAttnWarps * kRowsPerIter;
-    if (chunk == 0)
-      for (int i = tid; i < (end - first) * kLines; i += kAttnThreads) {
-        const int r = first + i / kLines, e = (i % kLines) * kLineElems;
-        prefetch_l2(kc + r * p.kc_sp + e);
-        prefetch_l2(vc + r * p.vc_sp + e);
+    // The second iteration's rows into L2 while the previous kernel finishes (each lane its own, as
+    // load_rows would): the main loop's first look-ahead loads then hit L2. Only one iteration
+    // ahead: a prefetch of the whole split adds L2 traffic that slows large batches, where the rows
+    // do not stay in L2 until they are read.
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+      const int r = begin + warp * kRowsPerIter + kAttnWarps * kRowsPerIter + i * kRowsPerStep + sub;
+      if (r < end) {
+        prefetch_l2(kc + r * p.kc_sp + e0);
+        prefetch_l2(vc + r * p.vc_sp + e0);
       }
+    }
     griddep_wait();
   }
   FP8ROUTE_TRACE(if (p.cache_ready) trace_release(p.trace));
