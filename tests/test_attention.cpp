@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fp8route/attention.h"
+#include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "fp8route/norm.h"
 #include "fp8route/reference.h"
@@ -229,8 +230,10 @@ TEST_P(DecodeAttentionGpu, RepeatRunsAreBitIdentical) {
 }
 
 // cache_ready after a kernel that writes qkv and lets its dependents launch at once (an RMSNorm of a
-// staging copy, over qkv poisoned with NaN first): the attention loads the cache early and must
-// still read the fresh qkv. Output and caches equal the waiting launch's, bit for bit, every time.
+// staging copy, over qkv poisoned with NaN first): the attention loads the cache early (the first
+// rows into registers, the next into L2) and must still read the fresh qkv. Output and caches equal,
+// bit for bit and every time, those of the same chain without programmatic dependent launch (no
+// early trigger, no early load), with and without cache_ready.
 TEST_P(DecodeAttentionGpu, CacheReadyAfterAProducerOfQkvGivesTheSameBits) {
   FP8ROUTE_REQUIRE_SM90();
   const Shape s = GetParam();
@@ -262,8 +265,13 @@ TEST_P(DecodeAttentionGpu, CacheReadyAfterAProducerOfQkvGivesTheSameBits) {
     }
     return all;
   };
+  const bool pdl = programmatic_dependent_launch();
+  set_programmatic_dependent_launch(false);
   const std::vector<uint8_t> want = run(false);
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(test::bytes_equal(run(true), want, "out, k_cache, v_cache")) << "run " << i;
+  set_programmatic_dependent_launch(pdl);
+  for (int i = 0; i < 10; ++i)
+    for (bool ready : {true, false})
+      ASSERT_TRUE(test::bytes_equal(run(ready), want, "out, k_cache, v_cache")) << "run " << i << " ready=" << ready;
   cudaStreamDestroy(stream);
 }
 

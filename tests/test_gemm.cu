@@ -33,6 +33,7 @@
 #include "fp8route/route.h"
 #include "fp8route/reference.h"
 #include "gemm/backend.h"
+#include "gemm/decode/deep_ring.h"
 #include "gemm/simt/simt.h"
 #include "gpu_util.h"
 #include "start_gate.h"
@@ -563,6 +564,87 @@ TEST(DecodeBackend, DependentLaunchChainReadsEachStepsActivations) {
       cudaGraphDestroy(graph);
       cudaStreamDestroy(stream);
     }
+}
+
+// The deep ring (gemm/decode/deep_ring.h) requests more of a block's weight tiles before
+// griddepcontrol.wait and, for tensor and row scales, lays out no block-scale slices. In a PDL chain
+// whose producer rewrites the activations before every GEMM, each output equals the config's own
+// ring's, bit for bit, eagerly and replayed from a graph: layers whose blocks have K slices longer
+// than the config's stages, in one-wave grids on an H200 (where the rule deepens the ring).
+TEST(DecodeBackend, DeepRingGivesTheSameBits) {
+  FP8ROUTE_REQUIRE_SM90();
+  struct Case {
+    int64_t m, n, k;
+    const char* config;
+  };
+  const Case cases[] = {{1, 4096, 4096, "m8_n128_s8"},     // Llama-3.1-8B o_proj
+                        {1, 6144, 4096, "m8_n128_s8"},     // 8B qkv_proj
+                        {8, 4096, 14336, "m8_n128_s8"},    // 8B down_proj
+                        {16, 8192, 3584, "m16_n128_s8"},   // 70B TP-8 down_proj
+                        {1, 1280, 8192, "m8_n64_s8"}};     // 70B TP-8 qkv_proj (2 blocks per SM: own ring)
+  constexpr int kSteps = 3;
+  const bool was = gemm::decode_deep_ring();
+  for (ScaleKind kind : kKinds)
+    for (const Case& c : cases) {
+      GemmProblem p = make_problem(c.m, c.n, c.k, kind, DType::bf16, false);
+      Problem prob(p, false, case_seed(9700 + c.n + c.k + c.m));
+      const ScaledMmArgs& a = prob.args();
+      const LinearPlan plan(a.b, a.scale_b, kind, p.out, {}, router_preferring("decode", c.config, p));
+      if (plan.route(c.m).backend != "decode") continue;  // block scales whose slices need more splits
+      const int64_t abytes = c.m * p.k, obytes = c.m * p.n * 2;
+      std::vector<DeviceBuffer> src, out;
+      for (int st = 0; st < kSteps; ++st) {
+        src.emplace_back(abytes);
+        timing::fill_codes<<<kFillGrid, kFillBlock>>>(src.back().as<uint8_t>(), c.m, p.k, p.k, case_seed(9800 + st),
+                                                      false);
+        out.emplace_back(obytes);
+      }
+      cudaStream_t stream;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      auto steps = [&] {
+        for (int st = 0; st < kSteps; ++st) {
+          ASSERT_EQ(cudaMemsetAsync(out[st].data(), 0xFF, obytes, stream), cudaSuccess);
+          copy_codes<<<264, 256, 0, stream>>>(src[st].as<uint8_t>(), static_cast<uint8_t*>(a.a.data), abytes);
+          plan.run(a.a, a.scale_a, TensorView::contiguous(out[st].data(), p.out, {c.m, p.n}), stream);
+        }
+      };
+      auto outputs = [&] {
+        std::vector<std::vector<uint8_t>> v;
+        for (int st = 0; st < kSteps; ++st) v.push_back(download(out[st].data(), obytes));
+        return v;
+      };
+      gemm::set_decode_deep_ring(false);
+      steps();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const auto want = outputs();
+      gemm::set_decode_deep_ring(true);
+      steps();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const std::string what = to_string(p) + " " + c.config;
+      auto expect_want = [&](const std::string& when) {
+        const auto got = outputs();
+        for (int st = 0; st < kSteps; ++st)
+          EXPECT_TRUE(test::bytes_equal(got[st], want[st], (when + " step " + std::to_string(st) + ": " + what).c_str()));
+      };
+      expect_want("eager, deep ring");
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      steps();
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      gemm::set_decode_deep_ring(was);
+      for (int rep = 0; rep < 3; ++rep) {
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        expect_want("graph, deep ring, replay " + std::to_string(rep));
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+    }
+  gemm::set_decode_deep_ring(was);
 }
 
 // ---- LinearPlan: the route it reports is the one it runs, with the scale form prepared for it ----

@@ -258,6 +258,57 @@ TEST(RmsNormGpu, DeterministicUnderGraphReplayWithAndWithoutPdl) {
   set_programmatic_dependent_launch(true);
 }
 
+// static_weight: the weight is loaded before griddepcontrol.wait. Right after a kernel that writes x
+// and lets its dependents launch at once (an RMSNorm of a staging row, over x poisoned with NaN
+// first), the values and the per-token codes and scales must still be the reference's for the x
+// that kernel wrote, bit for bit, on every run and at 1, 2, 4 and 8 vectors per thread.
+TEST(RmsNormGpu, StaticWeightAfterAProducerOfXIsBitExact) {
+  FP8ROUTE_REQUIRE_SM90();
+  auto rng = test::make_rng(305);
+  cudaStream_t st;
+  FP8ROUTE_TEST_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (int64_t H : {4096, 8192, 16384, 32768})
+    for (bool res : {false, true}) {
+      const int64_t T = res ? 3 : 1;
+      Problem p(DType::bf16, T, H, res, rng);
+      const DeviceBuffer stage = upload(test::random_activations(DType::bf16, T * H, rng, H, -4, 3));
+      const DeviceBuffer ones = upload(std::vector<uint16_t>(static_cast<size_t>(H), 0x3F80));
+      RmsNormInput producer{TensorView::contiguous(stage.data(), DType::bf16, {T, H}),
+                            TensorView::contiguous(ones.data(), DType::bf16, {H}), 1e-6f, {}, {}};
+      DeviceBuffer dy(T * H * 2), dh(T * H * 2), dq(T * H), ds(T * 4);
+      auto run = [&](bool values) {
+        FP8ROUTE_TEST_CUDA(cudaMemsetAsync(p.dx.data(), 0xFF, static_cast<size_t>(T * H * 2), st));
+        rms_norm(producer, p.xv(), st);
+        RmsNormInput in = p.input(dh);
+        in.static_weight = true;
+        if (values)
+          rms_norm(in, TensorView::contiguous(dy.data(), DType::bf16, {T, H}), st);
+        else
+          rms_norm_per_token_quant(in, TensorView::contiguous(dq.data(), DType::e4m3, {T, H}),
+                                   TensorView::contiguous(ds.data(), DType::f32, {T}), ScaleRounding::none, st);
+        FP8ROUTE_TEST_CUDA(cudaStreamSynchronize(st));
+      };
+      run(true);
+      p.x = download(p.dx.data(), T * H * 2);  // what the producer wrote: the reference's input
+      const auto want = p.want();
+      const auto want_q = ref::per_token_quant(want.y.data(), DType::bf16, T, H, H, DType::e4m3, ScaleRounding::none);
+      std::vector<uint8_t> want_s(T * 4);
+      std::memcpy(want_s.data(), want_q.scales.data(), T * 4);
+      for (int i = 0; i < 10; ++i) {
+        poison(dy, static_cast<uint8_t>(i));
+        run(true);
+        ASSERT_TRUE(bytes_equal(download(dy.data(), T * H * 2), as_bytes(want.y), "y", H * 2))
+            << p.repro() << " run " << i;
+        poison(dq, static_cast<uint8_t>(i));
+        run(false);
+        ASSERT_TRUE(bytes_equal(download(dq.data(), T * H), want_q.codes, "codes", H))
+            << p.repro() << " run " << i;
+        ASSERT_TRUE(bytes_equal(download(ds.data(), T * 4), want_s, "scales")) << p.repro() << " run " << i;
+      }
+    }
+  cudaStreamDestroy(st);
+}
+
 // ---- arguments (no GPU needed: every check runs before anything touches the device) -------------
 
 void* fake(uintptr_t at) { return reinterpret_cast<void*>(at); }

@@ -34,10 +34,11 @@ struct DecodeAttentionArgs {
   float scale = 0.0f;    // softmax scale; 0: 1 / sqrt(D)
   int window = 0;        // sliding window in positions; 0: none
   // The caller's promise that `positions` and the cached rows before each position are not written
-  // by the kernel just before this one in the stream (the qkv projection, in a decoder whose cache
-  // only this op and earlier steps write): with programmatic dependent launch the kernel then loads
-  // them while that kernel finishes, and waits for it only before reading qkv. False: every read
-  // waits.
+  // by any kernel that may still run when this op starts (under programmatic dependent launch,
+  // earlier kernels of the stream that trigger early can overlap it): in a decoder whose cache only
+  // this op and earlier steps write, and whose steps do not overlap. The kernel then loads them (its
+  // first rows into registers, the next ones into L2) while the previous kernel finishes, and waits
+  // for it only before reading qkv. False: every read waits.
   bool cache_ready = false;
 };
 

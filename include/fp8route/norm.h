@@ -26,6 +26,12 @@ struct RmsNormInput {
   TensorView residual;      // optional (no data and ndim 0: none): [T, H] of x's dtype; then
                             // h = x + residual (rounded to x's dtype) is what is normalized
   TensorView residual_out;  // [T, H] of x's dtype, required with residual: receives h
+  // The caller's promise that `weight` is not written by any kernel that may still run when this op
+  // starts (under programmatic dependent launch, earlier kernels of the stream that trigger their
+  // dependents early can overlap it): in practice a model's norm weight, written at load time. The
+  // kernel then loads it while the previous kernel finishes and waits only before reading x and
+  // residual. False: every read waits.
+  bool static_weight = false;
 };
 
 inline constexpr int64_t kRmsNormMaxHidden = 32768;

@@ -323,12 +323,12 @@ def per_tensor_quant(x, scale=None, dtype="e4m3", out=None):
 
 
 def _norm_call(x, weight, eps, residual, residual_out, q, s, quant, group_size=128, dtype="e4m3", rounding="none",
-               storage="f32", layout="row_major"):
+               storage="f32", layout="row_major", static_weight=False):
     if residual is not None and residual_out is None:
         residual_out = _empty(x, x.shape, _name_of(x))
     has = residual is not None
     lib.rms_norm(x, weight, float(eps), has, residual if has else x, residual_out if has else x, _bits(q), s, quant,
-                 group_size, dtype, rounding, storage, layout)
+                 group_size, dtype, rounding, storage, layout, bool(static_weight))
     return residual_out
 
 
@@ -355,31 +355,38 @@ def _norm_result(r, out, residual_out, residual):
     return (*first, h)
 
 
-def _rms_norm(x, weight, eps, residual, out, residual_out):
+def _rms_norm(x, weight, eps, residual, out, residual_out, static_weight=False):
     y = out if out is not None else _empty(x, x.shape, _name_of(x))
-    return y, _norm_call(x, weight, eps, residual, residual_out, y, x, "none")
+    return y, _norm_call(x, weight, eps, residual, residual_out, y, x, "none", static_weight=static_weight)
 
 
-def rms_norm(x, weight, eps=1e-6, residual=None, out=None, residual_out=None):
+def rms_norm(x, weight, eps=1e-6, residual=None, out=None, residual_out=None, static_weight=False):
     """y = rms_norm(h) * weight with h = x, or h = x + residual (rounded to x's dtype) when residual
     is given: x, residual [T, H] bf16/f16, weight [H]. Returns y, or (y, h) with a residual.
-    out=x and residual_out=residual are allowed (in place, as engines' fused_add_rms_norm)."""
+    out=x and residual_out=residual are allowed (in place, as engines' fused_add_rms_norm).
+    static_weight=True (every rms_norm op): the caller promises that no kernel still running on the
+    stream writes weight (a model's norm weight, written at load time), so the kernel loads it while
+    the previous kernel finishes (include/fp8route/norm.h); the result is the same."""
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
-        return _norm_result(torch.ops.fp8route.rms_norm(x, weight, eps, residual), out, residual_out, residual)
-    y, h = _rms_norm(x, weight, eps, residual, out, residual_out)
+        return _norm_result(torch.ops.fp8route.rms_norm(x, weight, eps, residual, static_weight), out, residual_out,
+                            residual)
+    y, h = _rms_norm(x, weight, eps, residual, out, residual_out, static_weight)
     return y if residual is None else (y, h)
 
 
-def _rms_norm_group_quant(x, weight, eps, residual, residual_out, group_size, dtype, rounding, storage, layout, out):
+def _rms_norm_group_quant(x, weight, eps, residual, residual_out, group_size, dtype, rounding, storage, layout, out,
+                         static_weight=False):
     q, s = _group_outputs(x, x.shape[0], x.shape[1], 0, group_size, dtype, rounding, storage, layout, out)
-    h = _norm_call(x, weight, eps, residual, residual_out, q, s, "group", group_size, dtype, rounding, storage, layout)
+    h = _norm_call(x, weight, eps, residual, residual_out, q, s, "group", group_size, dtype, rounding, storage, layout,
+                   static_weight)
     return q, s, h
 
 
 def rms_norm_per_token_group_quant(x, weight, eps=1e-6, residual=None, residual_out=None, group_size=128,
-                                   dtype="e4m3", rounding="none", storage="f32", layout="row_major", out=None):
+                                   dtype="e4m3", rounding="none", storage="f32", layout="row_major", out=None,
+                                   static_weight=False):
     """rms_norm (as rms_norm()) fused with per_token_group_quant of its output: (q, s), or (q, s, h)
     with a residual. Codes and scales equal rms_norm() then per_token_group_quant(), bit for bit."""
     if dtype != "e4m3":
@@ -388,39 +395,42 @@ def rms_norm_per_token_group_quant(x, weight, eps=1e-6, residual=None, residual_
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
         r = torch.ops.fp8route.rms_norm_per_token_group_quant(x, weight, eps, residual, group_size, dtype, rounding,
-                                                              storage, layout)
+                                                              storage, layout, static_weight)
         return _norm_result(r, out, residual_out, residual)
     q, s, h = _rms_norm_group_quant(x, weight, eps, residual, residual_out, group_size, dtype, rounding, storage,
-                                    layout, out)
+                                    layout, out, static_weight)
     return (q, s) if residual is None else (q, s, h)
 
 
-def _rms_norm_token_quant(x, weight, eps, residual, residual_out, dtype, rounding, out):
+def _rms_norm_token_quant(x, weight, eps, residual, residual_out, dtype, rounding, out, static_weight=False):
     q, s = out if out is not None else (_empty(x, x.shape, _CODE_DTYPES[dtype]), _empty(x, (x.shape[0],), "f32"))
-    h = _norm_call(x, weight, eps, residual, residual_out, q, s, "token", dtype=dtype, rounding=rounding)
+    h = _norm_call(x, weight, eps, residual, residual_out, q, s, "token", dtype=dtype, rounding=rounding,
+                   static_weight=static_weight)
     return q, s, h
 
 
 def rms_norm_per_token_quant(x, weight, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", rounding="none",
-                             out=None):
+                             out=None, static_weight=False):
     """rms_norm fused with per_token_quant: (q [T, H], s f32 [T]), or (q, s, h) with a residual."""
     if dtype != "e4m3":
         dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
-        r = torch.ops.fp8route.rms_norm_per_token_quant(x, weight, eps, residual, dtype, rounding)
+        r = torch.ops.fp8route.rms_norm_per_token_quant(x, weight, eps, residual, dtype, rounding, static_weight)
         return _norm_result(r, out, residual_out, residual)
-    q, s, h = _rms_norm_token_quant(x, weight, eps, residual, residual_out, dtype, rounding, out)
+    q, s, h = _rms_norm_token_quant(x, weight, eps, residual, residual_out, dtype, rounding, out, static_weight)
     return (q, s) if residual is None else (q, s, h)
 
 
-def _rms_norm_tensor_quant(x, weight, scale, eps, residual, residual_out, dtype, out):
+def _rms_norm_tensor_quant(x, weight, scale, eps, residual, residual_out, dtype, out, static_weight=False):
     q = out if out is not None else _empty(x, x.shape, _CODE_DTYPES[dtype])
-    return q, _norm_call(x, weight, eps, residual, residual_out, q, scale, "tensor_static", dtype=dtype)
+    return q, _norm_call(x, weight, eps, residual, residual_out, q, scale, "tensor_static", dtype=dtype,
+                         static_weight=static_weight)
 
 
-def rms_norm_per_tensor_quant(x, weight, scale, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", out=None):
+def rms_norm_per_tensor_quant(x, weight, scale, eps=1e-6, residual=None, residual_out=None, dtype="e4m3", out=None,
+                              static_weight=False):
     """rms_norm fused with per-tensor quant by a static scale (f32 [1] on the device): q, or (q, h)
     with a residual. (A dynamic scale needs the whole tensor first: rms_norm() then per_tensor_quant().)"""
     if dtype != "e4m3":
@@ -428,9 +438,9 @@ def rms_norm_per_tensor_quant(x, weight, scale, eps=1e-6, residual=None, residua
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
-        r = torch.ops.fp8route.rms_norm_per_tensor_quant(x, weight, scale, eps, residual, dtype)
+        r = torch.ops.fp8route.rms_norm_per_tensor_quant(x, weight, scale, eps, residual, dtype, static_weight)
         return _norm_result(r, out, residual_out, residual)
-    q, h = _rms_norm_tensor_quant(x, weight, scale, eps, residual, residual_out, dtype, out)
+    q, h = _rms_norm_tensor_quant(x, weight, scale, eps, residual, residual_out, dtype, out, static_weight)
     return q if residual is None else (q, h)
 
 

@@ -260,53 +260,57 @@ def _h(x, residual, h):
     return h if residual is not None else _norm_h(x, None)
 
 
-def _rms_norm_fake(x, weight, eps, residual):
+def _rms_norm_fake(x, weight, eps, residual, static_weight=False):
     return x.new_empty(x.shape), _norm_h(x, residual)
 
 
-@_define("rms_norm(Tensor x, Tensor weight, float eps, Tensor? residual) -> (Tensor, Tensor)", _rms_norm_fake)
-def rms_norm(x, weight, eps, residual):
+# static_weight (every norm op): ops.rms_norm's promise that the weight is written at load time.
+@_define("rms_norm(Tensor x, Tensor weight, float eps, Tensor? residual, bool static_weight=False) -> (Tensor, Tensor)",
+         _rms_norm_fake)
+def rms_norm(x, weight, eps, residual, static_weight=False):
     """(y, h): y = rms_norm(h) * weight, h = x (+ residual)."""
-    y, h = ops._rms_norm(x, weight, eps, residual, None, None)
+    y, h = ops._rms_norm(x, weight, eps, residual, None, None, static_weight)
     return y, _h(x, residual, h)
 
 
-def _rms_norm_group_fake(x, weight, eps, residual, group_size, dtype, rounding, storage, layout):
+def _rms_norm_group_fake(x, weight, eps, residual, group_size, dtype, rounding, storage, layout, static_weight=False):
     q, s = _group_fake(x, group_size, dtype, storage, layout)
     return q, s, _norm_h(x, residual)
 
 
 @_define("rms_norm_per_token_group_quant(Tensor x, Tensor weight, float eps, Tensor? residual, int group_size, "
-         "str dtype, str rounding, str storage, str layout) -> (Tensor, Tensor, Tensor)", _rms_norm_group_fake)
-def rms_norm_per_token_group_quant(x, weight, eps, residual, group_size, dtype, rounding, storage, layout):
+         "str dtype, str rounding, str storage, str layout, bool static_weight=False) -> (Tensor, Tensor, Tensor)",
+         _rms_norm_group_fake)
+def rms_norm_per_token_group_quant(x, weight, eps, residual, group_size, dtype, rounding, storage, layout,
+                                   static_weight=False):
     """(q, s, h): the fused rms_norm -> per-token-group quant."""
     q, s, h = ops._rms_norm_group_quant(x, weight, eps, residual, None, group_size, dtype, rounding, storage, layout,
-                                        None)
+                                        None, static_weight)
     return q, s, _h(x, residual, h)
 
 
-def _rms_norm_token_fake(x, weight, eps, residual, dtype, rounding):
+def _rms_norm_token_fake(x, weight, eps, residual, dtype, rounding, static_weight=False):
     return (x.new_empty(x.shape, dtype=_CODE[dtype]), x.new_empty((x.shape[0],), dtype=torch.float32),
             _norm_h(x, residual))
 
 
-@_define("rms_norm_per_token_quant(Tensor x, Tensor weight, float eps, Tensor? residual, str dtype, str rounding) "
-         "-> (Tensor, Tensor, Tensor)", _rms_norm_token_fake)
-def rms_norm_per_token_quant(x, weight, eps, residual, dtype, rounding):
+@_define("rms_norm_per_token_quant(Tensor x, Tensor weight, float eps, Tensor? residual, str dtype, str rounding, "
+         "bool static_weight=False) -> (Tensor, Tensor, Tensor)", _rms_norm_token_fake)
+def rms_norm_per_token_quant(x, weight, eps, residual, dtype, rounding, static_weight=False):
     """(q, s, h): the fused rms_norm -> per-token quant."""
-    q, s, h = ops._rms_norm_token_quant(x, weight, eps, residual, None, dtype, rounding, None)
+    q, s, h = ops._rms_norm_token_quant(x, weight, eps, residual, None, dtype, rounding, None, static_weight)
     return q, s, _h(x, residual, h)
 
 
-def _rms_norm_tensor_fake(x, weight, scale, eps, residual, dtype):
+def _rms_norm_tensor_fake(x, weight, scale, eps, residual, dtype, static_weight=False):
     return x.new_empty(x.shape, dtype=_CODE[dtype]), _norm_h(x, residual)
 
 
-@_define("rms_norm_per_tensor_quant(Tensor x, Tensor weight, Tensor scale, float eps, Tensor? residual, str dtype) "
-         "-> (Tensor, Tensor)", _rms_norm_tensor_fake)
-def rms_norm_per_tensor_quant(x, weight, scale, eps, residual, dtype):
+@_define("rms_norm_per_tensor_quant(Tensor x, Tensor weight, Tensor scale, float eps, Tensor? residual, str dtype, "
+         "bool static_weight=False) -> (Tensor, Tensor)", _rms_norm_tensor_fake)
+def rms_norm_per_tensor_quant(x, weight, scale, eps, residual, dtype, static_weight=False):
     """(q, h): the fused rms_norm -> per-tensor quant by a static scale (f32 [1])."""
-    q, h = ops._rms_norm_tensor_quant(x, weight, scale, eps, residual, None, dtype, None)
+    q, h = ops._rms_norm_tensor_quant(x, weight, scale, eps, residual, None, dtype, None, static_weight)
     return q, _h(x, residual, h)
 
 

@@ -31,6 +31,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fp8route/tuning/chain_trace.h"
+#include "gemm/decode/deep_ring.h"
 #include "fp8route/attention.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -248,9 +250,10 @@ void per_tensor_quant(FfiTensor x, FfiTensor q, FfiTensor scale, bool dynamic) {
 }
 
 fp8route::RmsNormInput norm_input(const FfiTensor& x, const FfiTensor& weight, double eps, bool has_residual,
-                                  const FfiTensor& residual, const FfiTensor& residual_out) {
+                                  const FfiTensor& residual, const FfiTensor& residual_out, bool static_weight) {
   FP8ROUTE_CHECK(std::isfinite(eps) && eps >= 0 && eps <= 3.4e38, "eps: must be finite, >= 0 and fit a float, got " << eps);
   fp8route::RmsNormInput in{view(x, "x"), view(weight, "weight"), static_cast<float>(eps), {}, {}};
+  in.static_weight = static_weight;
   if (has_residual) {
     in.residual = view(residual, "residual");
     in.residual_out = view(residual_out, "residual_out");
@@ -260,12 +263,13 @@ fp8route::RmsNormInput norm_input(const FfiTensor& x, const FfiTensor& weight, d
 
 // RMSNorm (quant = "none": out = the normalized values) or RMSNorm fused with a quantization:
 // "group" (q, s of the spec), "token" (q, s f32 [T]), "tensor_static" (s is the static scale).
+// static_weight: RmsNormInput::static_weight.
 void rms_norm(FfiTensor x, FfiTensor weight, double eps, bool has_residual, FfiTensor residual,
               FfiTensor residual_out, FfiTensor q, FfiTensor s, String quant, int64_t group_size, String code,
-              String rounding, String storage, String layout) {
+              String rounding, String storage, String layout, bool static_weight) {
   guarded([&] {
     const DeviceGuard device(x);
-    const auto in = norm_input(x, weight, eps, has_residual, residual, residual_out);
+    const auto in = norm_input(x, weight, eps, has_residual, residual, residual_out, static_weight);
     const std::string kind(quant);
     if (kind == "none")
       fp8route::rms_norm(in, view(q, "out"), stream_of(x));
@@ -311,6 +315,59 @@ void decode_attention(FfiTensor qkv, FfiTensor k_cache, FfiTensor v_cache, FfiTe
     a.window = static_cast<int>(window);
     a.cache_ready = cache_ready;
     fp8route::decode_attention(a, view(out, "out"), stream_of(qkv));
+  });
+}
+
+// The chain trace (include/fp8route/tuning/chain_trace.h), for bench/decode_chain.py: a diagnostic, not the
+// package's API (python/fp8route/chain_trace.py wraps it).
+String chain_trace_info() {
+  return String(nlohmann::json{{"compiled_in", fp8route::chain_trace::compiled_in()},
+                               {"armed", fp8route::chain_trace::armed()}}.dump());
+}
+void chain_trace_arm(int64_t capacity) {
+  guarded([&] {
+    FP8ROUTE_CHECK(capacity >= 1 && capacity <= (1 << 20), "capacity: 1 .. 2^20, got " << capacity);
+    fp8route::chain_trace::arm(static_cast<int>(capacity));
+  });
+}
+void chain_trace_disarm() { fp8route::chain_trace::disarm(); }
+void chain_trace_reset() { guarded([] { fp8route::chain_trace::reset(); }); }
+String chain_trace_read() {
+  return guarded([] {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : fp8route::chain_trace::read())
+      out.push_back({{"kernel", r.kernel},
+                     {"grid", {r.grid[0], r.grid[1], r.grid[2]}},
+                     {"block", {r.block[0], r.block[1], r.block[2]}},
+                     {"cluster", {r.cluster[0], r.cluster[1], r.cluster[2]}},
+                     {"smem", r.smem},
+                     {"start_first", r.start_first},
+                     {"start_last", r.start_last},
+                     {"release_first", r.release_first},
+                     {"release_last", r.release_last},
+                     {"exit_first", r.exit_first},
+                     {"exit_last", r.exit_last},
+                     {"blocks", r.blocks}});
+    return String(out.dump());
+  });
+}
+int64_t chain_trace_tick_ns() {
+  return guarded([] { return fp8route::chain_trace::globaltimer_tick_ns(); });
+}
+// The decode backend's deep ring (src/gemm/decode/deep_ring.h), for the chain bench's A/B.
+void decode_deep_ring_set(bool enabled) { fp8route::gemm::set_decode_deep_ring(enabled); }
+bool decode_deep_ring_get() { return fp8route::gemm::decode_deep_ring(); }
+// buf: int32 [n + 1] on the GPU; the chain runs on the current stream (capturable).
+void chain_trace_empty_chain(FfiTensor buf, int64_t n, int64_t blocks, bool pdl) {
+  guarded([&] {
+    const DeviceGuard device(buf);
+    const fp8route::TensorView b = view(buf, "buf");
+    FP8ROUTE_CHECK(b.device.type == fp8route::DeviceType::cuda && b.dtype == fp8route::DType::i32 && b.ndim == 1 &&
+                       b.shape[0] == n + 1,
+                   "buf: int32 [n + 1] on a GPU expected");
+    FP8ROUTE_CHECK(n >= 1 && n <= 100000 && blocks >= 1 && blocks <= 65535, "n: 1 .. 1e5, blocks: 1 .. 65535");
+    fp8route::chain_trace::empty_chain(static_cast<int32_t*>(b.data), static_cast<int>(n), static_cast<int>(blocks),
+                                       pdl, stream_of(buf));
   });
 }
 
@@ -674,3 +731,12 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(probe_shapes, probe_shapes);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(set_autoprobe, set_autoprobe);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(autoprobe_info, autoprobe_info);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(warmup, warmup);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_info, chain_trace_info);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_arm, chain_trace_arm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_disarm, chain_trace_disarm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_reset, chain_trace_reset);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_read, chain_trace_read);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_tick_ns, chain_trace_tick_ns);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_empty_chain, chain_trace_empty_chain);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_deep_ring_set, decode_deep_ring_set);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_deep_ring_get, decode_deep_ring_get);

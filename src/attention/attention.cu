@@ -10,10 +10,12 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <utility>
 
 #include "attention/kernel.cuh"
+#include "fp8route/tuning/chain_trace.h"
 #include "core/checks.h"
 #include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
@@ -270,6 +272,8 @@ void decode_attention(const DecodeAttentionArgs& a, const TensorView& out, cudaS
                                static_cast<unsigned>(batch)),
                           dim3(kernels::kAttnThreads), static_cast<size_t>(k.smem),
                           dim3(static_cast<unsigned>(splits), 1, 1), true};
+  FP8ROUTE_TRACE(p.trace = chain_trace::next(("attention D" + std::to_string(head_dim) + " G" + std::to_string(g)).c_str(),
+                                             shape.grid, shape.block, shape.smem, shape.cluster);)
   launch_kernel(k.fn, shape, stream, p);
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "core/chain_trace.cuh"
 #include "core/griddep.cuh"
 #include "quant/norm_kernel.cuh"
 
@@ -47,6 +48,7 @@ struct DecodeAttnParams {
   bool cache_ready;               // positions and the cached rows are read before griddepcontrol.wait
   float eps;
   float scale_log2;               // softmax scale * log2(e)
+  FP8ROUTE_TRACE_FIELD
 };
 
 constexpr int kAttnWarps = 8;
@@ -68,6 +70,10 @@ struct AttnSmem {
   static constexpr int kFloats = kCl + G;
   static constexpr int kBytes = kFloats * 4;
 };
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 
 // The factor that rescales a softmax state (sum and output) kept at maximum m to the maximum mnew
 // >= m when states over disjoint positions merge; m is a base-2 score maximum, -inf for a state
@@ -121,6 +127,12 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   constexpr int kRowsPerStep = 32 / kLanesPerRow;
   constexpr int kSteps = G >= 8 ? 2 : 4;       // positions per lane per iteration (loads in flight)
   using Smem = AttnSmem<D, G>;
+  FP8ROUTE_TRACE_SCOPE(p.trace);
+  // Dependents may launch at once: each waits (griddepcontrol.wait) for this grid's completion and
+  // memory flush before it reads out or the cache, and reads before its wait only what no kernel of
+  // the step writes (weights). Every block of this grid is resident when the trigger takes effect
+  // (it needs all of them), so dependents never take an SM one of this grid's blocks waits for.
+  griddep_launch_dependents();
   extern __shared__ __align__(16) float smem[];
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -137,6 +149,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   // qkv comes from the previous kernel. With cache_ready the positions and the cached rows do not
   // (the caller's promise), so their first loads are issued before the wait.
   if (!p.cache_ready) griddep_wait();
+  FP8ROUTE_TRACE(if (!p.cache_ready) trace_release(p.trace));
   const int pos = p.positions[b];
   if (pos < 0 || pos >= p.seq) {  // the same branch in every block of the cluster
     griddep_wait();  // out may still be read by an earlier kernel
@@ -169,7 +182,22 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
   // the first iteration's before the prologue (the cached rows do not depend on it).
   Raw8<T> kr[kSteps], vr[kSteps];
   load_rows(begin + warp * kRowsPerIter, kr, vr);
-  if (p.cache_ready) griddep_wait();
+  if (p.cache_ready) {
+    // The second iteration's rows into L2 while the previous kernel finishes (each lane its own, as
+    // load_rows would): the main loop's first look-ahead loads then hit L2. Only one iteration
+    // ahead: a prefetch of the whole split adds L2 traffic that slows large batches, where the rows
+    // do not stay in L2 until they are read.
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+      const int r = begin + warp * kRowsPerIter + kAttnWarps * kRowsPerIter + i * kRowsPerStep + sub;
+      if (r < end) {
+        prefetch_l2(kc + r * p.kc_sp + e0);
+        prefetch_l2(vc + r * p.vc_sp + e0);
+      }
+    }
+    griddep_wait();
+  }
+  FP8ROUTE_TRACE(if (p.cache_ready) trace_release(p.trace));
 
   // 1. Prologue.
   const T* row = static_cast<const T*>(p.qkv) + b * p.qkv_stride;
@@ -261,7 +289,6 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
 #pragma unroll
     for (int i = 0; i < kSteps; ++i) kr[i] = kn[i], vr[i] = vn[i];
   }
-  griddep_launch_dependents();
 
   // 3. Merges: the rows of a warp (lanes kLanesPerRow apart hold the same columns)...
 #pragma unroll

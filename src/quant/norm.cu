@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "fp8route/tuning/chain_trace.h"
 #include "core/checks.h"
 #include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
@@ -90,6 +91,7 @@ NormParams input_params(const RmsNormInput& in) {
   p.hidden = static_cast<int32_t>(hidden);
   p.vecs = static_cast<int32_t>(hidden / kernels::kQuantVec);
   p.eps = in.eps;
+  p.weight_ready = in.static_weight;
   return p;
 }
 
@@ -109,12 +111,16 @@ void check_sm90() { detail::check_sm90_device("RMSNorm kernels"); }
 // One block per row of at most kNormMaxThreads threads (whole warps) holding kItems vectors each:
 // the fewest items that fit, so a decode row is one short chain per thread.
 template <class T, NormOut kOut>
-void launch_items(const NormParams& p, cudaStream_t stream) {
+void launch_items(const NormParams& params, cudaStream_t stream) {
   const int per_block = kernels::kNormMaxThreads;
-  const int items = p.vecs <= per_block ? 1 : p.vecs <= 2 * per_block ? 2 : p.vecs <= 4 * per_block ? 4 : 8;
-  const int threads = ((p.vecs + items - 1) / items + 31) / 32 * 32;
-  const LaunchShape shape{dim3(static_cast<unsigned>(p.tokens)), dim3(static_cast<unsigned>(threads)), 0, dim3(0, 0, 0),
-                          true};
+  const int items = params.vecs <= per_block ? 1 : params.vecs <= 2 * per_block ? 2 : params.vecs <= 4 * per_block ? 4 : 8;
+  const int threads = ((params.vecs + items - 1) / items + 31) / 32 * 32;
+  const LaunchShape shape{dim3(static_cast<unsigned>(params.tokens)), dim3(static_cast<unsigned>(threads)), 0,
+                          dim3(0, 0, 0), true};
+  NormParams p = params;
+  FP8ROUTE_TRACE(constexpr const char* kName[] = {"rms_norm", "rms_norm+group_quant", "rms_norm+token_quant",
+                                                   "rms_norm+tensor_quant"};
+                 p.trace = chain_trace::next(kName[static_cast<int>(kOut)], shape.grid, shape.block, 0);)
   switch (items) {
     case 1: return launch_kernel(kernels::rms_norm_kernel<T, 1, kOut>, shape, stream, p);
     case 2: return launch_kernel(kernels::rms_norm_kernel<T, 2, kOut>, shape, stream, p);

@@ -14,6 +14,7 @@
 // holding y: per 1xG group, per token, or by a static per-tensor scale. So fusing never changes a
 // code or a scale.
 
+#include "core/chain_trace.cuh"
 #include "core/griddep.cuh"
 #include "quant/common.cuh"
 
@@ -38,6 +39,8 @@ struct NormParams {
   const float* static_scale;              // tensor_static: device f32 [1]
   float qmax;
   bool int8, pow2, packed;
+  bool weight_ready;  // weight not written by the previous kernel: loaded before griddepcontrol.wait
+  FP8ROUTE_TRACE_FIELD
 };
 
 constexpr int kNormMaxThreads = 512;
@@ -65,10 +68,10 @@ template <class T, int kItems, NormOut kOut>
 __global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const NormParams p) {
   __shared__ double warp_sum[kNormMaxThreads / 32];
   __shared__ float warp_max[32];
-  // Every read below may depend on the previous kernel; the next one may start its own
-  // independent prologue (a GEMM's weight prefetch) while this one runs.
+  FP8ROUTE_TRACE_SCOPE(p.trace);
+  // The next kernel may start its own independent prologue (a GEMM's weight prefetch) while this one
+  // runs: its griddepcontrol.wait still waits for this grid's completion and memory flush.
   griddep_launch_dependents();
-  griddep_wait();
   const int t = blockIdx.x;
   const int tid = threadIdx.x;
   const int nthreads = blockDim.x;
@@ -77,13 +80,25 @@ __global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const NormPar
   const T* w = static_cast<const T*>(p.weight);
 
   Raw8<T> xraw[kItems], rraw[kItems], wraw[kItems];
+  const auto load_weight = [&] {
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int v = k * nthreads + tid;
+      if (v < p.vecs) wraw[k] = load_raw8(w + v * kQuantVec);
+    }
+  };
+  // x and residual may come from the previous kernel: read after the wait. The weight too, unless
+  // the caller promised it was written before (weight_ready): then its loads overlap that kernel.
+  if (p.weight_ready) load_weight();
+  griddep_wait();
+  FP8ROUTE_TRACE(trace_release(p.trace));
+  if (!p.weight_ready) load_weight();
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
     const int v = k * nthreads + tid;
     if (v < p.vecs) {
       xraw[k] = load_raw8(x + v * kQuantVec);
       if (r) rraw[k] = load_raw8(r + v * kQuantVec);
-      wraw[k] = load_raw8(w + v * kQuantVec);
     }
   }
 

@@ -104,3 +104,32 @@ def test_torch_ops_opcheck_and_compile():
         got, h = compiled(x, r)
         want, want_h = step(x, r)
         assert torch.equal(got, want) and torch.equal(h, want_h)
+
+
+def _bits(t):
+    return t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int16) if t.element_size() == 2 else \
+        t.view(torch.int32)
+
+
+@pytest.mark.parametrize("t,h", [(1, 4096), (3, 8192), (2, 28672)])
+def test_static_weight_changes_no_bit(t, h):
+    """static_weight=True (the norm weight loaded before the kernel's programmatic-launch wait) gives
+    every output of every form bit for bit, eager and as a torch op, in a chain where the previous
+    kernel writes x."""
+    x0, r, w = inputs(t, h, torch.bfloat16, t + h)
+    scale = torch.tensor([0.05], device=DEV)
+    forms = [
+        lambda x, sw: fp8route.rms_norm(x, w, 1e-6, residual=r, static_weight=sw),
+        lambda x, sw: fp8route.rms_norm_per_token_quant(x, w, 1e-6, residual=r, static_weight=sw),
+        lambda x, sw: fp8route.rms_norm_per_token_group_quant(x, w, 1e-6, residual=r, layout="col_major_tma",
+                                                              static_weight=sw),
+        lambda x, sw: fp8route.rms_norm_per_tensor_quant(x, w, scale, 1e-6, residual=r, static_weight=sw),
+        lambda x, sw: torch.ops.fp8route.rms_norm_per_token_quant(x, w, 1e-6, r, "e4m3", "none", sw),
+    ]
+    for form in forms:
+        want = [_bits(v).clone() for v in form(fp8route.rms_norm(x0, w, 1e-6), False)]
+        for _ in range(3):
+            x = fp8route.rms_norm(x0, w, 1e-6)  # a PDL kernel that writes x just before
+            got = form(x, True)
+            assert all(torch.equal(_bits(g), v) for g, v in zip(got, want))
+    torch.library.opcheck(torch.ops.fp8route.rms_norm_per_token_quant, (x0, w, 1e-6, r, "e4m3", "none", True))

@@ -171,7 +171,9 @@ class _Fp8RouteLinear:
 
 
 class _Fp8RouteBackend:
-    """Fp8Linear layers fed by fp8route's fused norm + quant ops (torch.ops.fp8route, capturable)."""
+    """Fp8Linear layers fed by fp8route's fused norm + quant ops (torch.ops.fp8route, capturable).
+    The norm weights are the model's, written at load time: static_weight=True lets each norm kernel
+    load its weight while the kernel before it finishes (programmatic dependent launch)."""
     name, dtype = "fp8route", torch.bfloat16
 
     def __init__(self, act):
@@ -186,18 +188,18 @@ class _Fp8RouteBackend:
         return _Fp8RouteLinear(mod, lw.input_scale if self.act == "tensor" else None, lw.nbytes())
 
     def norm(self, x, residual, w, eps):
-        y, h = self.ops.rms_norm(x, w, eps, residual)
+        y, h = self.ops.rms_norm(x, w, eps, residual, True)
         return y, (x if residual is None else h)
 
     def norm_linear(self, x, residual, w, eps, lin):
         if self.act == "row":
-            q, s, h = self.ops.rms_norm_per_token_quant(x, w, eps, residual, "e4m3", "none")
+            q, s, h = self.ops.rms_norm_per_token_quant(x, w, eps, residual, "e4m3", "none", True)
         elif self.act == "block":
             q, s, h = self.ops.rms_norm_per_token_group_quant(x, w, eps, residual, BLOCK, "e4m3", "none", "f32",
-                                                              "col_major_tma")
+                                                              "col_major_tma", True)
         elif lin.input_scale is not None:  # static per-tensor scale: fused
             s = lin.input_scale
-            r = self.fp8route.rms_norm_per_tensor_quant(x, w, s, eps, residual=residual)
+            r = self.fp8route.rms_norm_per_tensor_quant(x, w, s, eps, residual=residual, static_weight=True)
             q, h = r if residual is not None else (r, x)
         else:  # dynamic per-tensor: the amax needs the whole tensor first, so no fused form
             y, h = self.norm(x, residual, w, eps)

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <iterator>
 #include <limits>
@@ -17,11 +18,13 @@
 #include <utility>
 #include <vector>
 
+#include "fp8route/tuning/chain_trace.h"
 #include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "gemm/backend.h"
+#include "gemm/decode/deep_ring.h"
 #include "gemm/decode/kernel.cuh"
 #include "gemm/tensor_map.h"
 
@@ -65,21 +68,28 @@ constexpr Kernel kernel_of() {
 }
 
 template <int I>
-constexpr int smem_of() {
-  constexpr DecodeConfig c = kConfigs[I];
-  return dk::Traits<c.token_tiles, c.row_tiles, c.stages>::kSmemBytes;
-}
+using TraitsOf = dk::Traits<kConfigs[I].token_tiles, kConfigs[I].row_tiles, kConfigs[I].stages>;
+
+// A deepened ring's shared memory at most: 32 KB of an SM's 228 KB stay free for the blocks of the
+// kernel before (decode attention or an RMSNorm: 6 KB and under), which a projection's blocks
+// start beside under programmatic dependent launch.
+constexpr int kDeepRingSmem = 196 * 1024;
 
 struct KernelInfo {
   Kernel kernel[2];  // bf16, f16
-  int smem;
+  int smem;          // with the config's own ring
   int rows, max_m;
+  int stages;
+  int smem_per_stage;  // a ring of r stages and scale slices of b bytes: r * smem_per_stage + b + 1024
+  // The dynamic shared memory the kernel is allowed (once per kernel: the deepest ring it may get).
+  int smem_allowed() const { return std::max(smem, kDeepRingSmem); }
 };
 
 template <int... I>
 std::array<KernelInfo, kNumConfigs> make_table(std::integer_sequence<int, I...>) {
-  return {{KernelInfo{{kernel_of<__nv_bfloat16, I>(), kernel_of<__half, I>()}, smem_of<I>(),
-                      16 * kConfigs[I].row_tiles * dk::kConsumerWarps, 8 * kConfigs[I].token_tiles}...}};
+  return {{KernelInfo{{kernel_of<__nv_bfloat16, I>(), kernel_of<__half, I>()}, TraitsOf<I>::kSmemBytes,
+                      16 * kConfigs[I].row_tiles * dk::kConsumerWarps, 8 * kConfigs[I].token_tiles,
+                      kConfigs[I].stages, TraitsOf<I>::smem_bytes(1, 0) - TraitsOf<I>::smem_bytes(0, 0)}...}};
 }
 const std::array<KernelInfo, kNumConfigs>& kernels_table() {
   static const auto t = make_table(std::make_integer_sequence<int, kNumConfigs>{});
@@ -98,7 +108,7 @@ const Slots& resident_blocks(int config, const DeviceInfo& dev) {
     if (auto it = cache.find({config, dev.index}); it != cache.end()) return it->second;
   }
   const KernelInfo& k = kernels_table()[config];
-  allow_dynamic_smem(reinterpret_cast<const void*>(k.kernel[0]), k.smem, dev.index);
+  allow_dynamic_smem(reinterpret_cast<const void*>(k.kernel[0]), k.smem_allowed(), dev.index);
   Slots s{};
   int per_sm = 0;
   FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel[0], dk::kThreads, k.smem));
@@ -146,6 +156,32 @@ Launch plan_splits(const GemmProblem& p, int rows, const Slots& slots) {
     }
   }
   return best;
+}
+
+std::atomic<bool>& deep_ring_flag() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+// The ring: with static weights the producer issues min(K blocks, ring) weight tiles before
+// griddepcontrol.wait, the rest as stages free after it. The ring may grow past the config's stages
+// (decode_deep_ring()) up to the block's whole K slice within kDeepRingSmem, where that costs no
+// residency: the config runs one block per SM anyway, and the grid is one wave (blocks of a later
+// wave start after the wait has released, so a deeper ring before it buys them nothing). A deep
+// ring leaves out the block-scale slices when the scales are not blocks. The sum over K blocks is
+// the same in any ring: the result does not change.
+struct Ring {
+  int stages, scale_bytes;
+  int smem(const KernelInfo& k) const { return stages * k.smem_per_stage + scale_bytes + 1024; }
+};
+Ring ring_of(const KernelInfo& k, const GemmProblem& p, bool static_weight, const Launch& l, const Slots& slots,
+             const DeviceInfo& dev) {
+  const Ring own{k.stages, dk::kSaBytes + dk::kSbBytes};
+  if (!static_weight || !decode_deep_ring() || l.split_kblocks <= k.stages) return own;
+  if (slots[1] > dev.sm_count || int64_t(l.row_blocks) * l.splits > slots[l.splits]) return own;  // 2+ per SM or waves
+  const int scale_bytes = p.scale == ScaleKind::block ? own.scale_bytes : 0;
+  const int fit = (kDeepRingSmem - scale_bytes - 1024) / k.smem_per_stage;
+  return Ring{std::max(k.stages, std::min(l.split_kblocks, fit)), scale_bytes};
 }
 
 class DecodeBackend final : public GemmBackend {
@@ -200,7 +236,9 @@ class DecodeBackend final : public GemmBackend {
                 cudaStream_t stream) const override {
     const DeviceInfo& dev = device_info();
     const KernelInfo& k = kernels_table()[config];
-    const Launch l = plan_splits(p, k.rows, resident_blocks(config, dev));
+    const Slots& slots = resident_blocks(config, dev);
+    const Launch l = plan_splits(p, k.rows, slots);
+    const Ring ring = ring_of(k, p, opt.static_weight, l, slots, dev);
     dk::Params kp{};
     kp.sa = ops.sa, kp.sb = ops.sb, kp.bias = ops.bias, kp.out = ops.out, kp.ldo = ops.ldo;
     kp.m = static_cast<int>(p.m), kp.n = static_cast<int>(p.n);
@@ -212,21 +250,29 @@ class DecodeBackend final : public GemmBackend {
     kp.sa_ld = static_cast<int>((p.m + 3) / 4 * 4);
     kp.sb_ld = p.sb_padded ? (kp.kblocks + 3) / 4 * 4 : kp.kblocks;
     kp.prefetch_weight = opt.static_weight;
+    kp.ring = ring.stages;
+    kp.scale_bytes = ring.scale_bytes;
     const CUtensorMap wmap = byte_matrix_map(ops.b, p.n, p.k, ops.ldb, k.rows, "decode");
     const CUtensorMap amap = byte_matrix_map(ops.a, p.m, p.k, ops.lda, k.max_m, "decode");
     const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
-    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), k.smem, dev.index);
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), k.smem_allowed(), dev.index);
     LaunchShape s;
     s.grid = dim3(l.row_blocks, l.splits);
     s.block = dim3(dk::kThreads);
-    s.smem = k.smem;
+    s.smem = ring.smem(k);
     if (l.splits > 1) s.cluster = dim3(1, l.splits, 1);
     s.pdl = true;
+    FP8ROUTE_TRACE(kp.trace = chain_trace::next(
+                       ("decode " + configs()[config] + (ring.stages != k.stages ? " ring" + std::to_string(ring.stages) : "")).c_str(),
+                       s.grid, s.block, s.smem, s.cluster);)
     launch_kernel(kernel, s, stream, wmap, amap, kp);
   }
 };
 
 }  // namespace
+
+void set_decode_deep_ring(bool enabled) { deep_ring_flag().store(enabled, std::memory_order_relaxed); }
+bool decode_deep_ring() { return deep_ring_flag().load(std::memory_order_relaxed); }
 
 const GemmBackend& decode_backend() {
   static const DecodeBackend b;

@@ -16,12 +16,12 @@
 // its shared memory and, after a cluster barrier, each block finishes a share of the outputs by
 // reading the peers' sums through distributed shared memory in split order (deterministic).
 //
-// Programmatic dependent launch: with `prefetch_weight` the producer issues the first kStages
-// weight tiles, and the consumers read the weight scales and bias, before griddepcontrol.wait, so
-// the weight stream starts while the previous kernel finishes; the caller promises that none of
-// them was written by that kernel (LinearPlan's weights are written at load time). Without it,
-// every read of every input comes after the wait. Each block signals its dependents once its last
-// load is issued.
+// Programmatic dependent launch: with `prefetch_weight` the producer issues the first `ring` weight
+// tiles (the ring's depth: the config's kStages, or more where the launcher deepens it), and the
+// consumers read the weight scales and bias, before griddepcontrol.wait, so the weight stream
+// starts while the previous kernel finishes; the caller promises that none of them was written by
+// that kernel (LinearPlan's weights are written at load time). Without it, every read of every
+// input comes after the wait. Each block signals its dependents once its last load is issued.
 
 #include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "core/chain_trace.cuh"
 #include "core/griddep.cuh"
 #include "gemm/sm90.cuh"
 
@@ -58,6 +59,9 @@ struct Params {
   int sa_ld;  // block: align(M, 4)
   int sb_ld;  // block: ceil(K / 128)
   bool prefetch_weight;
+  int ring;         // stages of the ring, >= the config's kStages (the launcher sized the shared memory)
+  int scale_bytes;  // kSaBytes + kSbBytes, or 0 (no block scales) where the launcher leaves them out
+  FP8ROUTE_TRACE_FIELD
 };
 
 template <int kTokenTiles, int kRowTilesPerWarp, int kStages>
@@ -68,14 +72,19 @@ struct Traits {
   static constexpr int kActTile = kMaxM * kKBlock;
   static constexpr int kRedLd = kRows + 4;  // fp32 sums [kMaxM][kRedLd] for the split reduction
   static constexpr int kRedBytes = kMaxM * kRedLd * 4;
-  // Layout from a 1024-byte aligned base (the 128-byte swizzle repeats every 1024 bytes).
+  // Layout of a ring of `stages` (and block-scale slices of scale_bytes) from a 1024-byte aligned
+  // base (the 128-byte swizzle repeats every 1024 bytes; both tile sizes are multiples of it).
   static constexpr int kWeightOff = 0;
-  static constexpr int kActOff = kWeightOff + kStages * kWeightTile;
-  static constexpr int kSaOff = kActOff + kStages * kActTile;
-  static constexpr int kSbOff = kSaOff + kSaBytes;
-  static constexpr int kBarOff = kSbOff + kSbBytes;
-  static constexpr int kBytes = kBarOff + 2 * kStages * 8;
-  static constexpr int kSmemBytes = kBytes + 1024;  // + alignment slack of the dynamic base
+  static constexpr int kScaleBytes = kSaBytes + kSbBytes;
+  static constexpr int act_off(int stages) { return kWeightOff + stages * kWeightTile; }
+  static constexpr int sa_off(int stages) { return act_off(stages) + stages * kActTile; }
+  static constexpr int sb_off(int stages) { return sa_off(stages) + kSaBytes; }
+  static constexpr int bar_off(int stages, int scale_bytes) { return sa_off(stages) + scale_bytes; }
+  static constexpr int smem_bytes(int stages, int scale_bytes = kScaleBytes) {
+    return bar_off(stages, scale_bytes) + 2 * stages * 8 + 1024;  // + alignment slack of the dynamic base
+  }
+  static constexpr int kSmemBytes = smem_bytes(kStages);  // the config's own ring
+  static_assert(kWeightTile % 1024 == 0 && kActTile % 1024 == 0, "tiles keep the swizzle's 1024-byte alignment");
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
   static_assert(kRows <= 256 && kMaxM <= 256, "a TMA box has at most 256 rows");
   static_assert(kRedBytes <= kStages * kWeightTile, "the split sums reuse the weight ring");
@@ -119,12 +128,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const Params p) {
   using T = Traits<kTokenTiles, kRowTilesPerWarp, kStages>;
   constexpr int NT = kTokenTiles, RT = kRowTilesPerWarp;
+  FP8ROUTE_TRACE_SCOPE(p.trace);
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t base = smem_u32(smem);
-  const uint32_t full0 = base + T::kBarOff, empty0 = full0 + kStages * 8;
-  float* sa_s = reinterpret_cast<float*>(smem + T::kSaOff);
-  float* sb_s = reinterpret_cast<float*>(smem + T::kSbOff);
+  const int stages = p.ring;
+  const uint32_t act0 = base + T::act_off(stages);
+  const uint32_t full0 = base + T::bar_off(stages, p.scale_bytes), empty0 = full0 + stages * 8;
+  float* sa_s = reinterpret_cast<float*>(smem + T::sa_off(stages));  // block scales only
+  float* sb_s = reinterpret_cast<float*>(smem + T::sb_off(stages));
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * T::kRows;
@@ -133,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool block_scales = p.scale_kind == 2;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < stages; ++s) {
       mbar_init(full0 + 8 * s, 1);
       mbar_init(empty0 + 8 * s, kConsumerWarps);
     }
@@ -145,16 +157,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- producer: one lane streams the tiles ----
     if (lane == 0) {
       const uint64_t keep = l2_policy_evict_last(), stream = l2_policy_evict_first();
-      const int pre = min(nk, kStages);
+      const int pre = min(nk, stages);
       auto weight = [&](int i) {
-        const int s = i % kStages;
+        const int s = i % stages;
         mbar_expect_tx(full0 + 8 * s, T::kWeightTile + T::kActTile);
         tma_load_2d(base + T::kWeightOff + s * T::kWeightTile, &wmap, (kb0 + i) * kKBlock, row0, full0 + 8 * s,
                     stream);
       };
       auto act = [&](int i) {
-        const int s = i % kStages;
-        tma_load_2d(base + T::kActOff + s * T::kActTile, &amap, (kb0 + i) * kKBlock, 0, full0 + 8 * s, keep);
+        const int s = i % stages;
+        tma_load_2d(act0 + s * T::kActTile, &amap, (kb0 + i) * kKBlock, 0, full0 + 8 * s, keep);
       };
       if (p.prefetch_weight) {
         for (int i = 0; i < pre; ++i) weight(i);
@@ -165,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       for (int i = 0; i < pre; ++i) act(i);
       for (int i = pre; i < nk; ++i) {
-        mbar_wait(empty0 + 8 * (i % kStages), ((i / kStages) & 1) ^ 1);
+        mbar_wait(empty0 + 8 * (i % stages), ((i / stages) & 1) ^ 1);
         weight(i);
         act(i);
       }
@@ -201,6 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     if (p.prefetch_weight) load_weight_side();
     griddep_wait();
+    FP8ROUTE_TRACE(trace_release(p.trace));
     if (!p.prefetch_weight) load_weight_side();
     if (block_scales) {
       for (int i = tid; i < nk * p.sa_ld; i += kConsumerWarps * 32) sa_s[i] = p.sa[int64_t(kb0) * p.sa_ld + i];
@@ -225,11 +238,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
     const int b_row = lane & 7, b_chunk = lane >> 3;
 
-    for (int i = 0; i < nk; ++i) {
-      const int s = i % kStages;
-      mbar_wait(full0 + 8 * s, (i / kStages) & 1);
+    for (int i = 0, s = 0, phase = 0; i < nk; ++i) {  // s: the ring slot of K block i; phase: its parity
+      mbar_wait(full0 + 8 * s, phase);
       const uint32_t wt = base + T::kWeightOff + s * T::kWeightTile;
-      const uint32_t at = base + T::kActOff + s * T::kActTile;
+      const uint32_t at = act0 + s * T::kActTile;
       float part[RT][NT][4];
 #pragma unroll
       for (int r = 0; r < RT; ++r)
@@ -277,6 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[r][j][e] += part[r][j][e];
       }
+      if (++s == stages) s = 0, phase ^= 1;
     }
 
     if (p.splits == 1) {

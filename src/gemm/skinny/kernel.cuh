@@ -34,6 +34,7 @@
 
 #include <cstdint>
 
+#include "core/chain_trace.cuh"
 #include "core/griddep.cuh"
 
 namespace fp8route::kernels {
@@ -56,6 +57,7 @@ struct SkinnyParams {
   bool sa_vector, sb_vector;
   int sa_ld;  // block: align(M, 4)
   bool prefetch_weight;  // b, sb and bias not written by the previous kernel: read before griddep_wait
+  FP8ROUTE_TRACE_FIELD
 };
 
 inline constexpr int kSkinnyThreads = 256;
@@ -137,6 +139,7 @@ inline constexpr int kSkinnyMaxClusterSplits = 8;
 template <class OutT, int kTokenTiles, int kRowTiles, int kStages, bool kCluster>
 __global__ void __launch_bounds__(kSkinnyThreads, 2) sm90_fp8_gemm_skinny(SkinnyParams p) {
   using T = SkinnyTraits<kTokenTiles, kRowTiles, kStages>;
+  FP8ROUTE_TRACE_SCOPE(p.trace);
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ bool last_block;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -168,9 +171,11 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2) sm90_fp8_gemm_skinny(Skinny
   };
   uint4 w[kStages][4];
   if (!p.prefetch_weight) griddep_wait();
+  FP8ROUTE_TRACE(if (!p.prefetch_weight) trace_release(p.trace));
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) load(w[s], s);
   if (p.prefetch_weight) griddep_wait();
+  FP8ROUTE_TRACE(if (p.prefetch_weight) trace_release(p.trace));
 
   // The outputs this block finishes: i = m * rows + r, from `first` in steps of `step` (with a
   // cluster, rank c takes i % splits == c). The first one's scales and bias are fetched now.

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "fp8route/tuning/chain_trace.h"
 #include "core/launch.h"
 #include "fp8route/tuning/cuda_check.h"
 #include "fp8route/device.h"
@@ -118,12 +119,15 @@ Launch plan(const GemmProblem& p, const SkinnyConfig& c, const DeviceInfo& dev) 
 }
 
 template <class OutT, int I>
-void launch(const kernels::SkinnyParams& k, const Launch& l, int device, cudaStream_t stream) {
+void launch(const kernels::SkinnyParams& params, const Launch& l, int device, cudaStream_t stream) {
   constexpr SkinnyConfig c = kConfigs[I];
   using Traits = kernels::SkinnyTraits<c.token_tiles, c.row_tiles, c.stages>;
   static_assert(Traits::kRedBytes <= kSmemBytes, "the K-group reduction must fit the shared memory budget");
   const size_t smem = std::max<size_t>(l.act_smem, Traits::kRedBytes);  // the reduction reuses it
   const dim3 grid(l.row_blocks, l.splits), block(kernels::kSkinnyThreads);
+  kernels::SkinnyParams k = params;
+  FP8ROUTE_TRACE(k.trace = chain_trace::next(("skinny " + config_name(c)).c_str(), grid, block, smem,
+                                             l.cluster ? dim3(1, l.splits, 1) : dim3(0, 0, 0));)
   if (l.cluster) {
     const auto kernel = &kernels::sm90_fp8_gemm_skinny<OutT, c.token_tiles, c.row_tiles, c.stages, true>;
     allow_smem(kernel, device);

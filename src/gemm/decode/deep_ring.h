@@ -1,0 +1,13 @@
+#pragma once
+// The decode backend's deep ring (decode.cu, "The ring"): with static weights, a config that runs one
+// block per SM in a one-wave grid deepens its weight ring up to the block's whole K slice, within a
+// shared-memory budget, so that more of the weight is requested before griddepcontrol.wait. Off by
+// default until measured in the chain (bench/decode_chain.py --deep-ring compares both); results are
+// bit-identical either way. Applies to launches made afterwards (a captured graph keeps its own).
+
+namespace fp8route::gemm {
+
+void set_decode_deep_ring(bool enabled);
+bool decode_deep_ring();
+
+}  // namespace fp8route::gemm
