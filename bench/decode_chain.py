@@ -33,7 +33,7 @@ are torch kernels, not traced. The table shows each kernel of a layer as the med
 
 --ring own,deep (the default) captures the model twice: with each decode GEMM config's own weight
 ring, and with the deep ring (one-block-per-SM configs in one-wave grids request up to their whole
-K slice before griddepcontrol.wait; src/gemm/decode/deep_ring.h), and prints both.
+K slice before griddepcontrol.wait; include/fp8route/tuning/gemm_knobs.h), and prints both.
 
 Step times are medians of --reps graph replays with CUDA events (bench/e2e.py's interleaved method),
 of the graph captured with the trace armed and of one captured without it (in a trace build the
@@ -351,7 +351,7 @@ def main():
                          "14336x4096:1,2,4,8); 'none' skips it")
     ap.add_argument("--ring", type=e2e.name_list(["own", "deep"]), default=["own", "deep"],
                     help="the decode GEMM's weight ring: own (each config's stages) and/or deep (up to the whole K "
-                         "slice before the wait, src/gemm/decode/deep_ring.h), side by side")
+                         "slice before the wait, include/fp8route/tuning/gemm_knobs.h), side by side")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write everything to this file")
     args = ap.parse_args()

@@ -33,7 +33,7 @@
 #include "fp8route/route.h"
 #include "fp8route/reference.h"
 #include "gemm/backend.h"
-#include "gemm/decode/deep_ring.h"
+#include "fp8route/tuning/gemm_knobs.h"
 #include "gemm/simt/simt.h"
 #include "gpu_util.h"
 #include "start_gate.h"
@@ -566,7 +566,7 @@ TEST(DecodeBackend, DependentLaunchChainReadsEachStepsActivations) {
     }
 }
 
-// The deep ring (gemm/decode/deep_ring.h) requests more of a block's weight tiles before
+// The deep ring (fp8route/tuning/gemm_knobs.h) requests more of a block's weight tiles before
 // griddepcontrol.wait and, for tensor and row scales, lays out no block-scale slices. In a PDL chain
 // whose producer rewrites the activations before every GEMM, each output equals the config's own
 // ring's, bit for bit, eagerly and replayed from a graph: layers whose blocks have K slices longer

@@ -52,7 +52,7 @@ def empty_chain(buf, n, blocks=1, pdl=True):
 
 
 def set_decode_deep_ring(enabled):
-    """The decode GEMM's deep ring (src/gemm/decode/deep_ring.h) for launches made afterwards: with
+    """The decode GEMM's deep ring (include/fp8route/tuning/gemm_knobs.h) for launches made afterwards: with
     static weights, one-block-per-SM configs in one-wave grids request up to their whole K slice
     before griddepcontrol.wait. Off by default; bit-identical results either way."""
     lib.decode_deep_ring_set(bool(enabled))

@@ -32,7 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fp8route/tuning/chain_trace.h"
-#include "gemm/decode/deep_ring.h"
+#include "fp8route/tuning/gemm_knobs.h"
 #include "fp8route/attention.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -354,7 +354,7 @@ String chain_trace_read() {
 int64_t chain_trace_tick_ns() {
   return guarded([] { return fp8route::chain_trace::globaltimer_tick_ns(); });
 }
-// The decode backend's deep ring (src/gemm/decode/deep_ring.h), for the chain bench's A/B.
+// The decode backend's deep ring (include/fp8route/tuning/gemm_knobs.h), for the chain bench's A/B.
 void decode_deep_ring_set(bool enabled) { fp8route::gemm::set_decode_deep_ring(enabled); }
 bool decode_deep_ring_get() { return fp8route::gemm::decode_deep_ring(); }
 // buf: int32 [n + 1] on the GPU; the chain runs on the current stream (capturable).

@@ -1,6 +1,6 @@
 // The default backend choice where no routing table has an entry for a problem: an ordered
-// list of (scale kind, M range) -> (backend, config) rules read off the side-by-side runs on the
-// H200 (bench/results/2026-11-30-gemm-h200/ and 2026-11-30-decode-h200/); the first rule that matches and whose config
+// list of (scale kind, M range) -> (backend, config) rules read off side-by-side runs of every
+// backend on the H200 (docs/design.md, "The heuristic"); the first rule that matches and whose config
 // supports the problem runs (a config of the fast class does not support a problem that asks for
 // accum=precise). Unaligned or odd shapes fall through to the fallbacks, which end with the
 // reference backend (it supports every valid problem, and accumulates precisely).
@@ -28,12 +28,11 @@ struct Rule {
 // Each line carries the measured reason (H200, N x K = 4096 x 14336, 28672 x 4096, 2112 x 7168).
 constexpr Rule kRules[] = {
     // cuBLASLt's per-tensor kernels were fastest at every M measured (CUTLASS's tensor path is
-    // its row kernel with scalar scales: 0.55-0.98x of cuBLASLt).
+    // its row kernel with scalar scales, slower).
     {ScaleKind::tensor, INT64_MAX, "cublaslt", "heuristic", "tensor: cuBLASLt fastest at every measured M"},
     // Row scales, small M: cuBLASLt's OUTER_VEC kernels run at about half its per-tensor speed.
     // The CUTLASS swap-AB configs below were, per M band, the single config closest to the best
-    // of every backend over all models.json layers at TP 1-8 (bench/results/2026-11-30-decode-h200:
-    // geomean 0.96-0.98 of the per-shape best at M <= 16, 0.94 at 32, 0.92 at 64).
+    // of every backend over all models.json layers at TP 1-8.
     {ScaleKind::row, 16, "cutlass_sm90", "row_64x16x128_1x1x1_pingpong_swapab", "row, M <= 16: CUTLASS 64x16 pingpong swap-AB"},
     {ScaleKind::row, 32, "cutlass_sm90", "row_128x16x128_1x1x1_coop_fastacc_streamk_swapab", "row, M <= 32: CUTLASS 128x16 stream-K swap-AB"},
     {ScaleKind::row, 64, "cutlass_sm90", "row_64x64x128_1x1x1_pingpong_swapab", "row, M <= 64: CUTLASS 64x64 pingpong swap-AB"},

@@ -135,10 +135,9 @@ std::vector<Estimate> interpolated_times(const TableEntry& e, int64_t m, int64_t
 
 // Candidates for an M between two measured M, best first: every config measured at both (that
 // carries over to another M), ranked by its time interpolated linearly between them
-// (interpolation_weight); then the rest measured at hi. On the H200 data (the table of df3e427),
-// with each interior measured M held out in turn, this loses 2.49% geomean to the best (322 of
-// 1354 points lose more than 3%); linearly in M for every config 2.82% (357), linearly in
-// (log M, log time), the rule before, 3.57% (412) (test_route, HeldOutMInterpolates).
+// (interpolation_weight); then the rest measured at hi. With each interior measured M held out in
+// turn it ranks closer to the best than interpolating every config linearly in M or in
+// (log M, log time) (test_route, HeldOutMInterpolates; figures in docs/routing.md, "The router").
 std::vector<std::pair<std::string, std::string>> interpolated(const TableEntry& e, int64_t m, int64_t lo, int64_t hi) {
   std::vector<std::pair<std::string, std::string>> out;
   for (auto& [us, c] : interpolated_times(e, m, lo, hi)) out.push_back(c);
@@ -205,8 +204,9 @@ Router Router::from_file(const std::string& path, SupportsFn supports) {
 
 // The entries of p's scale kind, nearest first: p's out dtype before the other, then by how far M
 // lies above the entry's largest measured M, then by (log N, log K). The first key keeps decode-only entries (measured to
-// M = 64) from routing M = 4096 to a swap-AB decode config, 2-5x slower than the entries measured
-// there (held-out test, 2026-11-30 H200 data). A linear scan: a table holds a few hundred entries.
+// M = 64) from routing M = 4096 to a swap-AB decode config, several times slower than the entries
+// measured there (docs/routing.md, "Nearest entries"). A linear scan: a table holds a few hundred
+// entries.
 std::vector<const TableEntry*> Router::nearest_entries(const GemmProblem& p, size_t count) const {
   std::vector<std::pair<std::tuple<bool, double, double>, const TableEntry*>> scored;
   for (const TableEntry& e : table_.entries) {
@@ -232,9 +232,8 @@ const TableEntry* Router::exact_entry(const GemmProblem& p) const {
 // The exact entry, unless it was measured only below M and another entry of the scale kind and
 // out dtype was measured at larger M than it: then the nearest entries, as for a shape the table
 // lacks (nearest_entries puts those measured furthest towards M first). Taking a short entry's
-// ranking at its largest M for prefill would choose swap-AB decode configs. On the H200 data, with an
-// entry cut at M = 64 and M = 128-4096 routed (test_route, ExactEntryMeasuredOnlyBelowM): 60%
-// geometric-mean loss that way (worst 5.7x), 2.6% by the nearest entries; cut at 256: 8.4% against 1.9%.
+// ranking at its largest M for prefill would choose swap-AB decode configs (test_route,
+// ExactEntryMeasuredOnlyBelowM; figures in docs/routing.md).
 const TableEntry* Router::find_entry(const GemmProblem& p, Route::Source& source) const {
   if (const TableEntry* e = exact_entry(p)) {
     const int64_t top = e->breakpoints.back().max_m;
@@ -260,7 +259,7 @@ std::vector<std::pair<std::string, std::string>> Router::blend_nearest(const Gem
   for (const TableEntry* e : near) {
     // The neighbour's M with the same output size M x N: the tile count, which decides between
     // small-tile, swap-AB and stream-K configs, carries over better than M alone (held out by
-    // model: 40 of 1929 points lose > 20% against 61 when matched by M).
+    // model: fewer points lose more than 20%; docs/routing.md).
     const double m_same_output = double(p.m) * double(p.n) / double(e->n);
     const std::vector<const Measured*> ranked = ranked_at(*e, nearest_measured_m(*e, m_same_output));
     for (const Measured* r : ranked) {
@@ -536,8 +535,7 @@ std::string Router::explain(const GemmProblem& p) const {
       if (why.empty()) runnable.push_back(ranked[i]);
     }
     // A choice measured at this very M that the runner-up nearly ties: say so, since such rankings
-    // move between two GPUs of one model (bench/results/2026-11-30-routed-v5-h200: of 20 choices
-    // 3-9% behind on one H200, 19 were within 3% on another).
+    // move between two GPUs of one model (docs/routing.md, "Near-ties").
     if (source == Route::Source::exact && m == p.m && runnable.size() > 1 &&
         runnable[0]->backend == r.backend && runnable[0]->config == r.config &&
         runnable[1]->us <= kNearTie * runnable[0]->us) {

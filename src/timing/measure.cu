@@ -200,8 +200,8 @@ std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, in
   // Rounds: replay r of every op before replay r + 1 of any, so that a drift of the clocks during
   // the run (the H200 moves by ~10% within seconds under sustained load) shifts every op alike. The
   // order within a round is shuffled and the L2 flushed (untimed) before each replay, so no op
-  // always follows the same neighbour and pays for its dirty lines (a fixed order made the first op
-  // 2-4% slower at M = 32-64, after split-K configs that write a workspace).
+  // always follows the same neighbour and pays for its dirty lines (after a split-K config that
+  // writes a workspace, the next op runs measurably slower).
   std::mt19937 rng(12345);
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});

@@ -13,7 +13,7 @@
 //   {"format": "fp8route-table-sources", "version": 1,
 //    "stamp": {"gpu", "sm_count", "cuda", "cublaslt", "fp8route", "date"},   as a table's stamp
 //    "us_decimals": 4,                     optional: times rounded to this many decimals (0-12)
-//    "groups": [{"about": "...", "files": ["../bench/results/.../x.raw.jsonl.gz", ...]}, ...]}
+//    "groups": [{"about": "...", "files": ["h200-sources/<run>/x.raw.jsonl.gz", ...]}, ...]}
 // Files: fp8route tune's raw files (*.jsonl, the finished problems, as tune --build-only reads them)
 // or gemm_bench --json arrays (*.json), either gzip-compressed or not (*.gz); relative paths are
 // relative to the manifest's folder; "about" is a note for readers. Groups apply in order: the first

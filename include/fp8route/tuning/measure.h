@@ -24,7 +24,7 @@ struct MeasureOptions {
   bool flush_l2 = true;    // read 2x L2 of another buffer (untimed) before each timed replay
   int instances = 1;       // > 1: each op captured into this many graphs, all replayed interleaved;
                            // the op's time is the mean of their medians (a stream-K graph runs at
-                           // one of two speeds for its life: bench/results/2026-11-30-routed-h200)
+                           // one of two speeds for its life: docs/routing.md, "Near-ties")
   // Nothing here waits for the GPU without a bound: an op's first calls must finish within
   // timeout_s of being enqueued, and the timed replays within timeout_s plus 4x what the first
   // calls took per replay. An op that misses its bound gets Measurement::stalled and an error; the

@@ -36,8 +36,8 @@ TuneRawFile read_tune_raw(std::istream& in, const std::string& name);
 
 // tune --final: a problem's near-ties were timed again, only they side by side and with more graph
 // instances. That round's times and the full round's are not comparable (the mix of kernels and the
-// instance count move the clock: on the H200, configs not timed again won 42 of 1485 problems with
-// their full-round times and lost 3-16% in the bench), so a config not timed again ranks at least
+// instance count move the clock, and configs not timed again would win problems with their
+// full-round times that they lose in the bench: docs/routing.md, "Tuning"), so a config not timed again ranks at least
 // pct% behind the fastest of the final round, as it was behind the best of the full round: its time
 // becomes max(us, that fastest x (1 + pct/100)). `problem` holds one problem's records (screened-out
 // quick times included); `final_round` names the configs timed again. Nothing changes when none of

@@ -24,7 +24,7 @@
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "gemm/backend.h"
-#include "gemm/decode/deep_ring.h"
+#include "fp8route/tuning/gemm_knobs.h"
 #include "gemm/decode/kernel.cuh"
 #include "gemm/tensor_map.h"
 

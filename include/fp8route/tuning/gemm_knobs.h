@@ -1,5 +1,8 @@
 #pragma once
-// The decode backend's deep ring (decode.cu, "The ring"): with static weights, a config that runs one
+// Launch knobs of the GEMM backends, for the benchmarks that measure their rules (not thread-safe
+// with calls in flight).
+//
+// The decode backend's deep ring (src/gemm/decode/decode.cu, "The ring"): with static weights, a config that runs one
 // block per SM in a one-wave grid deepens its weight ring up to the block's whole K slice, within a
 // shared-memory budget, so that more of the weight is requested before griddepcontrol.wait. Off by
 // default until measured in the chain (bench/decode_chain.py --deep-ring compares both); results are
