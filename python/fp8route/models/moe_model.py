@@ -30,7 +30,7 @@ from .experts import experts_from_state, random_expert_linears, random_experts
 from .llama import LlamaModel
 from .moe_config import MoeConfig, expert_map
 from .moe_ffn import MoeFfn, moe_kind
-from .sharding import _dist_rank_world, _vocab_rows, tp_shard
+from .sharding import _dist_rank_world, _vocab_rows, attention_half, tp_shard
 from .weights import LinearWeight
 
 
@@ -61,7 +61,7 @@ class MoeRankWeights:
         if rank is None or world is None:
             rank, world = _dist_rank_world()
         cfg = _base(moe)
-        d, sh = cfg.head_dim, tp_shard(cfg, rank, world)
+        sh = tp_shard(cfg, rank, world)
 
         def lin(base):
             lw = linear_from_state(state, base).to(device)
@@ -73,17 +73,7 @@ class MoeRankWeights:
         layers = []
         for i in range(cfg.num_hidden_layers):
             p = f"model.layers.{i}."
-            q = lin(p + "self_attn.q_proj").rows(sh.q0 * d, (sh.q0 + sh.hq) * d)
-            k = lin(p + "self_attn.k_proj").rows(sh.k0 * d, (sh.k0 + sh.hk) * d)
-            v = lin(p + "self_attn.v_proj").rows(sh.k0 * d, (sh.k0 + sh.hk) * d)
-            o = lin(p + "self_attn.o_proj").cols(sh.q0 * d, (sh.q0 + sh.hq) * d)
-            if rank:
-                o.bias = None
-            layer = dict(qkv=LinearWeight.cat_rows([q, k, v]), o=o, input_norm=vec(p + "input_layernorm.weight"),
-                         post_norm=vec(p + "post_attention_layernorm.weight"))
-            if cfg.qk_norm:
-                layer["q_norm"] = vec(p + "self_attn.q_norm.weight")
-                layer["k_norm"] = vec(p + "self_attn.k_norm.weight")
+            layer = attention_half(cfg, sh, rank, p, lin, vec)
             if i in moe.sparse_layers:
                 layer.update(moe_block_from_state(moe, state, i, expert_kind, dtype, rank, world, device, kind))
             else:

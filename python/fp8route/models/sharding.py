@@ -61,6 +61,26 @@ def rank_linear_shapes(cfg, world=1, rank=0):
             "down_proj": (h, sh.ni)}
 
 
+def attention_half(cfg, sh, rank, p, lin, vec):
+    """One decoder layer's attention half for rank `rank` of a TP shard `sh`, from the HF names under
+    prefix `p`: qkv fused (rows of this rank's heads), o (its columns; the bias on rank 0 only, since
+    it is added once after the sum over ranks), the two norms and the q/k norms where the model has
+    them. `lin(name)` gives a LinearWeight, `vec(name)` a tensor."""
+    d = cfg.head_dim
+    q = lin(p + "self_attn.q_proj").rows(sh.q0 * d, (sh.q0 + sh.hq) * d)
+    k = lin(p + "self_attn.k_proj").rows(sh.k0 * d, (sh.k0 + sh.hk) * d)
+    v = lin(p + "self_attn.v_proj").rows(sh.k0 * d, (sh.k0 + sh.hk) * d)
+    o = lin(p + "self_attn.o_proj").cols(sh.q0 * d, (sh.q0 + sh.hq) * d)
+    if rank:
+        o.bias = None
+    layer = dict(qkv=LinearWeight.cat_rows([q, k, v]), o=o, input_norm=vec(p + "input_layernorm.weight"),
+                 post_norm=vec(p + "post_attention_layernorm.weight"))
+    if cfg.qk_norm:
+        layer["q_norm"] = vec(p + "self_attn.q_norm.weight")
+        layer["k_norm"] = vec(p + "self_attn.k_norm.weight")
+    return layer
+
+
 @dataclass
 class RankWeights:
     """The weights one tensor-parallel rank holds, with q/k/v and gate/up fused: per layer qkv
@@ -83,7 +103,7 @@ class RankWeights:
         in `dtype`. Tensors are moved to `device` one layer at a time, then cut there."""
         if rank is None or world is None:
             rank, world = _dist_rank_world()
-        cfg, d = config, config.head_dim
+        cfg = config
         sh = tp_shard(cfg, rank, world)
 
         def lin(base):
@@ -96,21 +116,13 @@ class RankWeights:
         layers = []
         for i in range(cfg.num_hidden_layers):
             p = f"model.layers.{i}."
-            q = lin(p + "self_attn.q_proj").rows(sh.q0 * d, (sh.q0 + sh.hq) * d)
-            k = lin(p + "self_attn.k_proj").rows(sh.k0 * d, (sh.k0 + sh.hk) * d)
-            v = lin(p + "self_attn.v_proj").rows(sh.k0 * d, (sh.k0 + sh.hk) * d)
-            o = lin(p + "self_attn.o_proj").cols(sh.q0 * d, (sh.q0 + sh.hq) * d)
+            layer = attention_half(cfg, sh, rank, p, lin, vec)
             gate = lin(p + "mlp.gate_proj").rows(sh.i0, sh.i0 + sh.ni)
             up = lin(p + "mlp.up_proj").rows(sh.i0, sh.i0 + sh.ni)
             down = lin(p + "mlp.down_proj").cols(sh.i0, sh.i0 + sh.ni)
             if rank:  # a row-parallel layer's bias is added once, after the sum over ranks
-                o.bias = down.bias = None
-            layer = dict(qkv=LinearWeight.cat_rows([q, k, v]), o=o, gate_up=LinearWeight.cat_rows([gate, up]),
-                         down=down, input_norm=vec(p + "input_layernorm.weight"),
-                         post_norm=vec(p + "post_attention_layernorm.weight"))
-            if cfg.qk_norm:
-                layer["q_norm"] = vec(p + "self_attn.q_norm.weight")
-                layer["k_norm"] = vec(p + "self_attn.k_norm.weight")
+                down.bias = None
+            layer.update(gate_up=LinearWeight.cat_rows([gate, up]), down=down)
             layers.append(layer)
         embed = vec("model.embed_tokens.weight")
         lm = embed if cfg.tie_word_embeddings else vec("lm_head.weight")
