@@ -162,8 +162,9 @@ def test_console_script_puts_the_found_folder_on_ld_library_path(tmp_path):
     nvidia = tmp_path / "site" / "nvidia" / "cu13" / "lib"
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
     env.update(PYTHONPATH=str(tmp_path / "site"), LD_LIBRARY_PATH="/elsewhere")
-    run = lambda: subprocess.run([sys.executable, str(pkg / "_cli.py")], capture_output=True, text=True, env=env,
-                                 timeout=60)
+    # -S: no site-packages, so that NVIDIA wheels installed beside this Python are not found.
+    run = lambda: subprocess.run([sys.executable, "-S", str(pkg / "_cli.py")], capture_output=True, text=True,
+                                 env=env, timeout=60)
     r = run()
     assert r.returncode == 0 and r.stdout.strip() == "/elsewhere", r.stdout + r.stderr  # nothing found: unchanged
     touch(str(nvidia / NAME))

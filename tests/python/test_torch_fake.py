@@ -83,14 +83,18 @@ def _calls(m):
                                                                                    table, pos, hq, hk)),
         "scaled_mm": ("scaled_mm", lambda: fp8route.scaled_mm(a, b, torch.empty(m, **meta),
                                                               torch.empty(64, **meta))),
+        "grouped_scaled_mm": ("grouped_scaled_mm", lambda: fp8route.grouped_scaled_mm(
+            torch.empty(2, m, 256, dtype=torch.float8_e4m3fn, **meta),
+            torch.empty(2, 64, 256, dtype=torch.float8_e4m3fn, **meta), torch.empty(2, m, **meta),
+            torch.empty(2, 64, **meta), masked_m=masked_m, out_dtype=torch.bfloat16, scale="row")),
     }
 
 
 def test_every_tensor_function_is_an_op():
     names = set(_calls(1))
     public = {n for n in fp8route.__all__ if n not in ("explain", "load_table", "save_table", "probe", "table_info",
-                                                       "set_autoprobe", "autoprobe_info", "quant_layout",
-                                                       "__version__", "Fp8Linear", "LinearPlan")}
+                                                       "set_autoprobe", "autoprobe_info", "warmup", "quant_layout",
+                                                       "__version__", "Fp8Linear", "LinearPlan", "Fp8MoE")}
     assert public <= {n.split("(")[0] for n in names}, public - names
     ops = {op for op, _ in _calls(1).values()} | {"linear", "linear_quantized"}  # + Fp8Linear's two
     missing = [op for op in sorted(ops) if not hasattr(torch.ops.fp8route, op)]
