@@ -19,6 +19,7 @@
 #include "core/launch.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
+#include "gemm/decode/plan.cuh"
 #include "gemm/tensor_map.h"
 #include "moe/backend.h"
 #include "moe/decode/kernel.cuh"
@@ -27,6 +28,8 @@ namespace fp8route::moe {
 namespace {
 
 namespace dk = kernels::moe_decode;
+using decode_plan::ceil_div;
+using decode_plan::Slots;
 
 struct DecodeConfig {
   int token_tiles;  // 8 rows each: the config runs groups of <= 8 * token_tiles rows
@@ -82,29 +85,15 @@ const std::array<KernelInfo, kNumConfigs>& kernels_table() {
   return t;
 }
 
-// Blocks resident on the whole GPU at once, by cluster size (1..kMaxSplits); queried once per
-// config and device.
-using Slots = std::array<int, dk::kMaxSplits + 1>;
+// Queried once per config and device.
 const Slots& resident_blocks(int config, const DeviceInfo& dev) {
-  static std::mutex mu;
-  static std::map<std::pair<int, int>, Slots> cache;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache.find({config, dev.index}); it != cache.end()) return it->second;
-  }
-  const KernelInfo& k = kernels_table()[config];
-  Slots s{};
-  for (const Kernel fn : k.kernel) allow_dynamic_smem(reinterpret_cast<const void*>(fn), k.smem, dev.index);
-  int per_sm = 0;
-  FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel[0], dk::kThreads, k.smem));
-  s[1] = per_sm * dev.sm_count;
-  for (int c = 2; c <= dk::kMaxSplits; ++c)
-    s[c] = resident_cluster_blocks(reinterpret_cast<const void*>(k.kernel[0]), dk::kThreads, k.smem, c);
-  std::lock_guard<std::mutex> lock(mu);
-  return cache.emplace(std::pair{config, dev.index}, s).first->second;
+  static decode_plan::SlotsCache cache;
+  return cache.get(config, dev.index, [&] {
+    const KernelInfo& k = kernels_table()[config];
+    for (const Kernel fn : k.kernel) allow_dynamic_smem(reinterpret_cast<const void*>(fn), k.smem, dev.index);
+    return decode_plan::query_slots(reinterpret_cast<const void*>(k.kernel[0]), k.smem, dev.sm_count);
+  });
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Rows of the largest group any routing can make.
 int64_t max_group_rows(const GroupedProblem& p) { return p.rows; }
@@ -119,12 +108,10 @@ struct Launch {
   int clusters = 0, splits = 0, split_kblocks = 0;
 };
 
-// The split-K rule of the dense decode backend on the items of the experts planned active: the time
-// is waves x (K blocks per block + a fixed start and end), plus the cluster reduction when K is
-// split. Block scales: a split's sa slice [kb][max M] and sb slice must fit their shared memory.
-// splits = 0: no split count fits.
+// The dense decode backend's split-K rule (decode_plan::best_split) on the items of the experts
+// planned active, a cluster per item at a time. Block scales: a split's sa slice [kb][max M] and
+// sb slice must fit their shared memory. splits = 0: no split count fits.
 Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
-  constexpr double kStartEnd = 2, kReduce = 1;
   const KernelInfo& k = kernels_table()[config];
   const int64_t kblocks = ceil_div(p.k, dk::kKBlock);
   const int64_t row_blocks = ceil_div(p.n, k.rows);
@@ -135,23 +122,14 @@ Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
     return p.scale != ScaleKind::block ||
            (skb * k.max_m * 4 <= dk::kSaBytes && skb * 4 <= dk::kSbBytes);
   };
-  Launch best;
-  double best_cost = 0;
-  for (int64_t s = 1; s <= std::min<int64_t>(dk::kMaxSplits, kblocks); ++s) {
-    const int64_t skb = ceil_div(kblocks, s), splits = ceil_div(kblocks, skb);
-    if (splits != s || !fits(skb) || slots[splits] <= 0) continue;
-    const int64_t clusters = slots[splits] / splits;
-    const int64_t waves = ceil_div(items, clusters);
-    const double cost = double(waves) * (double(skb) + kStartEnd) + (splits > 1 ? kReduce : 0);
-    if (best.splits == 0 || cost < best_cost) {
-      best_cost = cost;
-      best.splits = static_cast<int>(splits);
-      best.split_kblocks = static_cast<int>(skb);
-      // Every item of every expert has a cluster when the GPU holds that many; never more.
-      best.clusters = static_cast<int>(std::min<int64_t>(clusters, row_blocks * p.experts));
-    }
-  }
-  return best;
+  auto waves = [&](int64_t splits) { return ceil_div(items, slots[splits] / splits); };
+  const decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves);
+  Launch l;
+  l.splits = s.splits;
+  l.split_kblocks = s.split_kblocks;
+  // Every item of every expert has a cluster when the GPU holds that many; never more.
+  if (s.splits > 0) l.clusters = static_cast<int>(std::min<int64_t>(slots[s.splits] / s.splits, row_blocks * p.experts));
+  return l;
 }
 
 class DecodeBackend final : public GroupedBackend {
