@@ -23,6 +23,7 @@
 #include "gemm/tensor_map.h"
 #include "moe/backend.h"
 #include "moe/decode/kernel.cuh"
+#include "moe/sm90/launch.cuh"
 
 namespace fp8route::moe {
 namespace {
@@ -30,6 +31,7 @@ namespace {
 namespace dk = kernels::moe_decode;
 using decode_plan::ceil_div;
 using decode_plan::Slots;
+static_assert(dk::kKBlock == 128, "GroupedArgs::kblocks counts 128-wide K blocks");
 
 struct DecodeConfig {
   int token_tiles;  // 8 rows each: the config runs groups of <= 8 * token_tiles rows
@@ -140,27 +142,14 @@ class DecodeBackend final : public GroupedBackend {
     if (max_group_rows(p) > kMaxRows)
       return "decode: groups of at most " + std::to_string(kMaxRows) + " rows (masked M_max or contiguous M_total), got " +
              std::to_string(p.rows);
-    if (p.experts > dk::kMaxExperts)
-      return "decode: at most " + std::to_string(dk::kMaxExperts) + " experts (the scan in shared memory), got " +
-             std::to_string(p.experts);
-    if (p.align < 16)
-      return "decode: a and b must be 16-byte aligned, addresses and row stride K (TMA), got align=" +
-             std::to_string(p.align);
-    if (p.out != DType::bf16 && p.out != DType::f16) return "decode: out must be bf16 or f16";
-    // Rows of a and out are int32 in the kernel: masked E x M_max must fit.
-    if ((p.form == GroupedForm::masked ? p.experts * p.rows : p.rows) > (int64_t{1} << 31) - 256)
-      return "decode: the rows of a (E x M_max) must be below 2^31 - 256";
+    if (std::string why = sm90_operands_reason(p, "decode", dk::kMaxExperts); !why.empty()) return why;
     if (p.scale == ScaleKind::block) {
       Slots any{};
       any.fill(1 << 20);
       if (plan(p, config_for(p), any).splits == 0)
         return "decode: block scales at K=" + std::to_string(p.k) + " need more than 8 K splits for the scale slices";
     }
-    if (cuda_device_count() == 0) return "no GPU: " + cuda_unavailable_reason();
-    const DeviceInfo& d = device_info(-1);
-    if (!d.is_sm90())
-      return "decode: built for sm_90a; device " + std::to_string(d.index) + " is sm_" + std::to_string(d.sm_version());
-    return "";
+    return sm90_device_reason("decode");
   }
 
   void run(const GroupedProblem& p, const GroupedOperands& ops, cudaStream_t stream) const override {
@@ -170,23 +159,13 @@ class DecodeBackend final : public GroupedBackend {
     const Launch l = plan(p, config, resident_blocks(config, dev));
     FP8ROUTE_CHECK_CAT(l.splits > 0 && l.clusters > 0, ErrorCategory::cuda_error,
                        "decode: no cluster of the planned split fits on this GPU for " << to_string(p));
-    const bool masked = p.form == GroupedForm::masked;
     dk::Params kp{};
-    kp.g = {ops.groups, static_cast<int>(p.experts), static_cast<int>(p.rows), masked, p.offsets_with_start};
-    kp.bsa = {ops.sa, ops.sa_stride_e, ops.sa_stride_t, ops.sa_stride_c, p.sa_storage == ScaleStorage::ue8m0_packed};
-    kp.sa = static_cast<const float*>(ops.sa);
-    kp.sb = ops.sb;
-    kp.out = ops.out;
-    kp.n = static_cast<int>(p.n);
-    kp.kblocks = static_cast<int>(ceil_div(p.k, dk::kKBlock));
+    set_grouped_args(kp, p, ops);
     kp.split_kblocks = l.split_kblocks;
     kp.splits = l.splits;
     kp.row_blocks = static_cast<int>(ceil_div(p.n, k.rows));
-    kp.scale_kind = static_cast<int>(p.scale);
-    kp.sa_per_expert = p.sa_per_expert;
-    const int64_t a_rows = masked ? p.experts * p.rows : p.rows;
     const CUtensorMap wmap = gemm::batched_byte_matrix_map(ops.b, p.experts, p.n, p.k, k.rows, "grouped decode");
-    const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows, p.k, p.k, 8, "grouped decode");
+    const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows(p), p.k, p.k, 8, "grouped decode");
     const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
     allow_dynamic_smem(reinterpret_cast<const void*>(kernel), k.smem, dev.index);
     LaunchShape s;

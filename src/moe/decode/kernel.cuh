@@ -48,19 +48,10 @@ using namespace decode;
 inline constexpr int kMaxExperts = 1024;     // the scan's prefix array in shared memory
 inline constexpr int kActBox = 8 * kKBlock;  // one 8-token tile of one K block
 
-struct Params {
-  Groups g;
-  BlockScaleA bsa;   // block scales
-  const float* sa;   // tensor / row scales: [1] or [E]; [rows of a]
-  const float* sb;   // [E] | [E, N] | [E, ceil(N/128), kblocks]
-  void* out;         // OutT [rows of a, N]
-  int n;
-  int kblocks;        // K / 128 rounded up
+struct Params : moe::GroupedArgs {
   int split_kblocks;  // K blocks per split (the last split may have fewer)
   int splits;         // cluster size along y; 1 = no cluster
   int row_blocks;     // ceil(N / kRows)
-  int scale_kind;     // 0 tensor, 1 row, 2 block
-  bool sa_per_expert; // tensor: sa [E]
 };
 
 template <int kTokenTiles, int kRowTilesPerWarp, int kStages>

@@ -108,6 +108,19 @@ __device__ __forceinline__ float block_sa(const BlockScaleA& s, int batch, int t
   return __ldg(static_cast<const float*>(s.p) + int64_t(batch) * s.se + int64_t(t) * s.st + int64_t(kb) * s.sc);
 }
 
+// The arguments every SM90 grouped kernel takes; a kernel's Params add their own.
+struct GroupedArgs {
+  Groups g;
+  BlockScaleA bsa;  // block scales
+  const float* sa;  // tensor / row scales: [1] or [E]; [rows of a]
+  const float* sb;  // [E] | [E, N] | [E, ceil(N/128), kblocks]
+  void* out;        // OutT [rows of a, N]
+  int n;
+  int kblocks;         // K / 128 rounded up
+  int scale_kind;      // 0 tensor, 1 row, 2 block
+  bool sa_per_expert;  // tensor: sa [E]
+};
+
 // A [box rows x 128 B] box at (x bytes, y rows, z expert) of a 3-D byte tensor map into shared
 // memory, completing its bytes on `bar`; rows past the expert's N arrive as zeros.
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int x, int y, int z, uint32_t bar,
