@@ -36,11 +36,7 @@ namespace dk = kernels::decode;
 using decode_plan::ceil_div;
 using decode_plan::Slots;
 
-struct DecodeConfig {
-  int token_tiles;  // 8 tokens each: the config runs M <= 8 * token_tiles
-  int row_tiles;    // 16 weight rows each, per consumer warp (4 warps per block)
-  int stages;       // [rows x 128 B] weight tiles in flight per block
-};
+using DecodeConfig = decode_plan::Config;
 
 // The configs, listed once. 64- and 128-row blocks, and stages enough for >= 64 KB of weight in
 // flight per SM (HBM latency x bandwidth / SMs is ~40 KB on an H200); the 64-row configs with up
@@ -56,11 +52,6 @@ constexpr DecodeConfig kConfigs[] = {
     {8, 2, 4},  // m64_n128_s4
 };
 constexpr int kNumConfigs = static_cast<int>(std::size(kConfigs));
-
-std::string config_name(const DecodeConfig& c) {
-  return "m" + std::to_string(8 * c.token_tiles) + "_n" + std::to_string(16 * c.row_tiles * dk::kConsumerWarps) +
-         "_s" + std::to_string(c.stages);
-}
 
 using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const dk::Params);
 
@@ -91,7 +82,7 @@ struct KernelInfo {
 template <int... I>
 std::array<KernelInfo, kNumConfigs> make_table(std::integer_sequence<int, I...>) {
   return {{KernelInfo{{kernel_of<__nv_bfloat16, I>(), kernel_of<__half, I>()}, TraitsOf<I>::kSmemBytes,
-                      16 * kConfigs[I].row_tiles * dk::kConsumerWarps, 8 * kConfigs[I].token_tiles,
+                      decode_plan::rows(kConfigs[I]), decode_plan::max_m(kConfigs[I]),
                       kConfigs[I].stages, TraitsOf<I>::smem_bytes(1, 0) - TraitsOf<I>::smem_bytes(0, 0)}...}};
 }
 const std::array<KernelInfo, kNumConfigs>& kernels_table() {

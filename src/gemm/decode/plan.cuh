@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "core/launch.h"
@@ -17,6 +18,18 @@
 namespace fp8route::decode_plan {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A decode kernel config.
+struct Config {
+  int token_tiles;  // 8 tokens each: the config runs M (a group's rows) <= 8 * token_tiles
+  int row_tiles;    // 16 weight rows each, per consumer warp (4 warps per block)
+  int stages;       // [rows x 128 B] weight tiles in flight per block
+};
+constexpr int max_m(const Config& c) { return 8 * c.token_tiles; }
+constexpr int rows(const Config& c) { return 16 * c.row_tiles * kernels::decode::kConsumerWarps; }
+inline std::string config_name(const Config& c) {
+  return "m" + std::to_string(max_m(c)) + "_n" + std::to_string(rows(c)) + "_s" + std::to_string(c.stages);
+}
 
 // Blocks resident on the whole GPU at once, by cluster size (1..kMaxSplits): a cluster's blocks
 // share a GPC, so with clusters this can be fewer than blocks-per-SM x SMs.

@@ -33,11 +33,7 @@ using decode_plan::ceil_div;
 using decode_plan::Slots;
 static_assert(dk::kKBlock == 128, "GroupedArgs::kblocks counts 128-wide K blocks");
 
-struct DecodeConfig {
-  int token_tiles;  // 8 rows each: the config runs groups of <= 8 * token_tiles rows
-  int row_tiles;    // 16 weight rows each, per consumer warp (4 warps per block)
-  int stages;       // [rows x 128 B] weight tiles in flight per block
-};
+using DecodeConfig = decode_plan::Config;
 
 // The configs, listed once: one per token tile, 128 weight rows (whole 128-row scale blocks), as
 // many stages as keep >= 96 KB of weight in flight per SM (HBM latency x bandwidth / SMs is ~40 KB
@@ -80,7 +76,7 @@ struct KernelInfo {
 template <int... I>
 std::array<KernelInfo, kNumConfigs> make_table(std::integer_sequence<int, I...>) {
   return {{KernelInfo{{kernel_of<__nv_bfloat16, I>(), kernel_of<__half, I>()}, smem_of<I>(),
-                      16 * kConfigs[I].row_tiles * dk::kConsumerWarps, 8 * kConfigs[I].token_tiles}...}};
+                      decode_plan::rows(kConfigs[I]), decode_plan::max_m(kConfigs[I])}...}};
 }
 const std::array<KernelInfo, kNumConfigs>& kernels_table() {
   static const auto t = make_table(std::make_integer_sequence<int, kNumConfigs>{});
