@@ -26,18 +26,17 @@
 #include "gemm/backend.h"
 #include "fp8route/tuning/gemm_knobs.h"
 #include "gemm/decode/kernel.cuh"
+#include "gemm/decode/plan.cuh"
 #include "gemm/tensor_map.h"
 
 namespace fp8route::gemm {
 namespace {
 
 namespace dk = kernels::decode;
+using decode_plan::ceil_div;
+using decode_plan::Slots;
 
-struct DecodeConfig {
-  int token_tiles;  // 8 tokens each: the config runs M <= 8 * token_tiles
-  int row_tiles;    // 16 weight rows each, per consumer warp (4 warps per block)
-  int stages;       // [rows x 128 B] weight tiles in flight per block
-};
+using DecodeConfig = decode_plan::Config;
 
 // The configs, listed once. 64- and 128-row blocks, and stages enough for >= 64 KB of weight in
 // flight per SM (HBM latency x bandwidth / SMs is ~40 KB on an H200); the 64-row configs with up
@@ -53,11 +52,6 @@ constexpr DecodeConfig kConfigs[] = {
     {8, 2, 4},  // m64_n128_s4
 };
 constexpr int kNumConfigs = static_cast<int>(std::size(kConfigs));
-
-std::string config_name(const DecodeConfig& c) {
-  return "m" + std::to_string(8 * c.token_tiles) + "_n" + std::to_string(16 * c.row_tiles * dk::kConsumerWarps) +
-         "_s" + std::to_string(c.stages);
-}
 
 using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const dk::Params);
 
@@ -88,7 +82,7 @@ struct KernelInfo {
 template <int... I>
 std::array<KernelInfo, kNumConfigs> make_table(std::integer_sequence<int, I...>) {
   return {{KernelInfo{{kernel_of<__nv_bfloat16, I>(), kernel_of<__half, I>()}, TraitsOf<I>::kSmemBytes,
-                      16 * kConfigs[I].row_tiles * dk::kConsumerWarps, 8 * kConfigs[I].token_tiles,
+                      decode_plan::rows(kConfigs[I]), decode_plan::max_m(kConfigs[I]),
                       kConfigs[I].stages, TraitsOf<I>::smem_bytes(1, 0) - TraitsOf<I>::smem_bytes(0, 0)}...}};
 }
 const std::array<KernelInfo, kNumConfigs>& kernels_table() {
@@ -96,66 +90,33 @@ const std::array<KernelInfo, kNumConfigs>& kernels_table() {
   return t;
 }
 
-// Blocks resident on the whole GPU at once for a config, by cluster size (1..kMaxSplits): a
-// cluster's blocks share a GPC, so with clusters this can be fewer than blocks-per-SM x SMs.
 // Queried once per config and device.
-using Slots = std::array<int, dk::kMaxSplits + 1>;
 const Slots& resident_blocks(int config, const DeviceInfo& dev) {
-  static std::mutex mu;
-  static std::map<std::pair<int, int>, Slots> cache;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache.find({config, dev.index}); it != cache.end()) return it->second;
-  }
-  const KernelInfo& k = kernels_table()[config];
-  allow_dynamic_smem(reinterpret_cast<const void*>(k.kernel[0]), k.smem_allowed(), dev.index);
-  Slots s{};
-  int per_sm = 0;
-  FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel[0], dk::kThreads, k.smem));
-  s[1] = per_sm * dev.sm_count;
-  for (int c = 2; c <= dk::kMaxSplits; ++c)
-    s[c] = resident_cluster_blocks(reinterpret_cast<const void*>(k.kernel[0]), dk::kThreads, k.smem, c);
-  std::lock_guard<std::mutex> lock(mu);
-  return cache.emplace(std::pair{config, dev.index}, s).first->second;
+  static decode_plan::SlotsCache cache;
+  return cache.get(config, dev.index, [&] {
+    const KernelInfo& k = kernels_table()[config];
+    allow_dynamic_smem(reinterpret_cast<const void*>(k.kernel[0]), k.smem_allowed(), dev.index);
+    return decode_plan::query_slots(reinterpret_cast<const void*>(k.kernel[0]), k.smem, dev.sm_count);
+  });
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct Launch {
   int row_blocks = 0, splits = 1, split_kblocks = 0;
 };
 
-// The split-K rule, from the resident block counts alone (so that CPU tests can check it). The
-// time of a launch is taken as waves x (K blocks per block + a fixed start and end), plus the
-// cluster reduction when K is split: more splits fill the resident slots (and the last wave)
-// with shorter blocks. The splits of a row range form one cluster, whose blocks must be resident
-// at once on one GPC (slots[s]). Block scales: a split's sa slice [kb][align(M, 4)] and sb slice
-// must fit their shared memory. Returns splits = 0 when no split count satisfies that.
+// decode_plan::best_split on the row blocks. Block scales: a split's sa slice [kb][align(M, 4)]
+// and sb slice must fit their shared memory. Returns splits = 0 when no split count satisfies that.
 Launch plan_splits(const GemmProblem& p, int rows, const Slots& slots) {
-  constexpr double kStartEnd = 2;  // K blocks' worth of streaming: a block's first load and its stores
-  constexpr double kReduce = 1;    // the cluster barriers and the read of the peers' sums
   const int64_t kblocks = ceil_div(p.k, dk::kKBlock);
   const int64_t row_blocks = ceil_div(p.n, rows);
-  const int64_t max_splits = std::min<int64_t>(dk::kMaxSplits, kblocks);
   auto fits = [&](int64_t skb) {
     if (p.scale != ScaleKind::block) return true;
     const int64_t sa_ld = (p.m + 3) / 4 * 4, nbs = (rows + 127) / 128;
     return skb * sa_ld * 4 <= dk::kSaBytes && nbs * skb * 4 <= dk::kSbBytes;
   };
-  Launch best{static_cast<int>(row_blocks), 0, 0};
-  double best_cost = 0;
-  for (int64_t s = 1; s <= max_splits; ++s) {
-    const int64_t skb = ceil_div(kblocks, s), splits = ceil_div(kblocks, skb);
-    if (splits != s || !fits(skb) || slots[splits] <= 0) continue;
-    const int64_t waves = ceil_div(row_blocks * splits, slots[splits]);
-    const double cost = double(waves) * (double(skb) + kStartEnd) + (splits > 1 ? kReduce : 0);
-    if (best.splits == 0 || cost < best_cost) {
-      best_cost = cost;
-      best.splits = static_cast<int>(splits);
-      best.split_kblocks = static_cast<int>(skb);
-    }
-  }
-  return best;
+  auto waves = [&](int64_t splits) { return ceil_div(row_blocks * splits, slots[splits]); };
+  const decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves);
+  return Launch{static_cast<int>(row_blocks), s.splits, s.split_kblocks};
 }
 
 std::atomic<bool>& deep_ring_flag() {

@@ -31,18 +31,10 @@
 
 #include "core/chain_trace.cuh"
 #include "core/griddep.cuh"
+#include "gemm/decode/parts.cuh"
 #include "gemm/sm90.cuh"
 
 namespace fp8route::kernels::decode {
-
-inline constexpr int kConsumerWarps = 4;
-inline constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
-inline constexpr int kKBlock = 128;                         // bytes of K per stage = the scale block
-inline constexpr int kMaxSplits = 8;                        // portable cluster size
-// Shared memory for the block-scale slices of a block's K range: sa [kb][align(M, 4)] and sb
-// [row blocks of 128 (<= 2)][kb]. The launcher keeps the K slices short enough to fit.
-inline constexpr int kSaBytes = 16 * 1024;
-inline constexpr int kSbBytes = 4 * 1024;
 
 struct Params {
   const float* sa;
@@ -65,15 +57,12 @@ struct Params {
 };
 
 template <int kTokenTiles, int kRowTilesPerWarp, int kStages>
-struct Traits {
-  static constexpr int kMaxM = 8 * kTokenTiles;
-  static constexpr int kRows = 16 * kRowTilesPerWarp * kConsumerWarps;
-  static constexpr int kWeightTile = kRows * kKBlock;
-  static constexpr int kActTile = kMaxM * kKBlock;
-  static constexpr int kRedLd = kRows + 4;  // fp32 sums [kMaxM][kRedLd] for the split reduction
-  static constexpr int kRedBytes = kMaxM * kRedLd * 4;
-  // Layout of a ring of `stages` (and block-scale slices of scale_bytes) from a 1024-byte aligned
-  // base (the 128-byte swizzle repeats every 1024 bytes; both tile sizes are multiples of it).
+struct Traits : Tiles<kTokenTiles, kRowTilesPerWarp> {
+  using B = Tiles<kTokenTiles, kRowTilesPerWarp>;
+  using B::kActTile, B::kMaxM, B::kRedBytes, B::kRows, B::kWeightTile;
+  // Layout of a ring of `stages` (and block-scale slices of scale_bytes: sa [kb][align(M, 4)] and sb
+  // [row blocks of 128 (<= 2)][kb]) from a 1024-byte aligned base (the 128-byte swizzle repeats
+  // every 1024 bytes; both tile sizes are multiples of it).
   static constexpr int kWeightOff = 0;
   static constexpr int kScaleBytes = kSaBytes + kSbBytes;
   static constexpr int act_off(int stages) { return kWeightOff + stages * kWeightTile; }
@@ -144,13 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int nk = min(p.kblocks, kb0 + p.split_kblocks) - kb0;
   const bool block_scales = p.scale_kind == 2;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, kConsumerWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  init_ring(full0, empty0, stages);
   __syncthreads();
 
   if (warp == kConsumerWarps) {
@@ -227,67 +210,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     float acc[RT][NT][4];
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[r][j][e] = 0.f;
+    zero(acc);
 
-    // ldmatrix lane roles: weight tile rows (two 8-row halves) and chunk pairs; token rows.
-    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
-    const int b_row = lane & 7, b_chunk = lane >> 3;
+    const MmaLanes lanes = mma_lanes(lane);
 
     for (int i = 0, s = 0, phase = 0; i < nk; ++i) {  // s: the ring slot of K block i; phase: its parity
       mbar_wait(full0 + 8 * s, phase);
       const uint32_t wt = base + T::kWeightOff + s * T::kWeightTile;
       const uint32_t at = act0 + s * T::kActTile;
       float part[RT][NT][4];
-#pragma unroll
-      for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) part[r][j][e] = 0.f;
-#pragma unroll
-      for (int kp = 0; kp < 2; ++kp) {  // two 32-wide k steps per 64 bytes
-        uint32_t b[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) ldmatrix_x4(b[j], swz(at, 8 * j + b_row, 4 * kp + b_chunk));
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks) {
-#pragma unroll
-          for (int r = 0; r < RT; ++r) {
-            uint32_t a[4];
-            ldmatrix_x4(a, swz(wt, tile0 + 16 * r + a_row, 2 * (2 * kp + ks) + a_chunk));
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mma_e4m3(part[r][j], a, b[j][2 * ks], b[j][2 * ks + 1]);
-          }
-        }
-      }
+      uint32_t b[NT][4], a[4];
+      mma_stage(part, wt, at, tile0, lanes, NT, b, a);
       __syncwarp();
       if (lane == 0) mbar_arrive(empty0 + 8 * s);
       if (block_scales) {
-#pragma unroll
-        for (int r = 0; r < RT; ++r) {
-          const int nb_local = (row0 + tile0 + 16 * r) / 128 - row0 / 128;
-          const float sbv = sb_s[nb_local * nk + i];
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int m = 8 * j + 2 * t + (e & 1);
-              const float sav = m < p.sa_ld ? sa_s[i * p.sa_ld + m] : 0.f;
-              acc[r][j][e] = __fmaf_rn(part[r][j][e], sav * sbv, acc[r][j][e]);
-            }
-        }
+        accumulate_scaled(acc, part, sa_s, p.sa_ld, sb_s, nk, i, row0, tile0, t);
       } else {
-#pragma unroll
-        for (int r = 0; r < RT; ++r)
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[r][j][e] += part[r][j][e];
+        accumulate(acc, part);
       }
       if (++s == stages) s = 0, phase ^= 1;
     }
@@ -306,31 +245,17 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
     } else {
       // Every stage was consumed (each full barrier waited on), so the ring is free for the sums.
-      float* red = reinterpret_cast<float*>(smem + T::kWeightOff);
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));
-#pragma unroll
-      for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            red[(8 * j + 2 * t + (e & 1)) * T::kRedLd + tile0 + 16 * r + g + (e >= 2 ? 8 : 0)] = acc[r][j][e];
+      write_sums<T::kRedLd>(reinterpret_cast<float*>(smem + T::kWeightOff), acc, g, t, tile0);
     }
   }
 
   if (p.splits > 1) {
     cluster_sync();
-    // This block's share of the [M x kRows] outputs, summed over the splits in rank order.
-    const int rows = min(T::kRows, p.n - row0), count = p.m * rows;
-    const int per = (count + p.splits - 1) / p.splits;
-    const int first = blockIdx.y * per, last = min(count, first + per);
-    const uint32_t red = base + T::kWeightOff;
-    for (int idx = first + threadIdx.x; idx < last; idx += kThreads) {
-      const int m = idx / rows, r = idx % rows;
-      const uint32_t addr = red + (m * T::kRedLd + r) * 4;
-      float v = 0.f;
-      for (int q = 0; q < p.splits; ++q) v += ld_peer_f32(addr, q);
-      finish<OutT>(p, v, m, row0 + r);
+    // This block's share of the [M x kRows] outputs.
+    const SplitShare sh = split_share<T::kRows>(p.n, row0, p.m, p.splits);
+    for (int idx = sh.first + threadIdx.x; idx < sh.last; idx += kThreads) {
+      const int m = idx / sh.rows, r = idx % sh.rows;
+      finish<OutT>(p, peer_sum<T::kRedLd>(base + T::kWeightOff, m, r, p.splits), m, row0 + r);
     }
     cluster_sync();  // peers read this block's sums until here
   }

@@ -19,20 +19,21 @@
 #include "core/launch.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
+#include "gemm/decode/plan.cuh"
 #include "gemm/tensor_map.h"
 #include "moe/backend.h"
 #include "moe/decode/kernel.cuh"
+#include "moe/sm90/launch.cuh"
 
 namespace fp8route::moe {
 namespace {
 
 namespace dk = kernels::moe_decode;
+using decode_plan::ceil_div;
+using decode_plan::Slots;
+static_assert(dk::kKBlock == 128, "GroupedArgs::kblocks counts 128-wide K blocks");
 
-struct DecodeConfig {
-  int token_tiles;  // 8 rows each: the config runs groups of <= 8 * token_tiles rows
-  int row_tiles;    // 16 weight rows each, per consumer warp (4 warps per block)
-  int stages;       // [rows x 128 B] weight tiles in flight per block
-};
+using DecodeConfig = decode_plan::Config;
 
 // The configs, listed once: one per token tile, 128 weight rows (whole 128-row scale blocks), as
 // many stages as keep >= 96 KB of weight in flight per SM (HBM latency x bandwidth / SMs is ~40 KB
@@ -75,36 +76,22 @@ struct KernelInfo {
 template <int... I>
 std::array<KernelInfo, kNumConfigs> make_table(std::integer_sequence<int, I...>) {
   return {{KernelInfo{{kernel_of<__nv_bfloat16, I>(), kernel_of<__half, I>()}, smem_of<I>(),
-                      16 * kConfigs[I].row_tiles * dk::kConsumerWarps, 8 * kConfigs[I].token_tiles}...}};
+                      decode_plan::rows(kConfigs[I]), decode_plan::max_m(kConfigs[I])}...}};
 }
 const std::array<KernelInfo, kNumConfigs>& kernels_table() {
   static const auto t = make_table(std::make_integer_sequence<int, kNumConfigs>{});
   return t;
 }
 
-// Blocks resident on the whole GPU at once, by cluster size (1..kMaxSplits); queried once per
-// config and device.
-using Slots = std::array<int, dk::kMaxSplits + 1>;
+// Queried once per config and device.
 const Slots& resident_blocks(int config, const DeviceInfo& dev) {
-  static std::mutex mu;
-  static std::map<std::pair<int, int>, Slots> cache;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache.find({config, dev.index}); it != cache.end()) return it->second;
-  }
-  const KernelInfo& k = kernels_table()[config];
-  Slots s{};
-  for (const Kernel fn : k.kernel) allow_dynamic_smem(reinterpret_cast<const void*>(fn), k.smem, dev.index);
-  int per_sm = 0;
-  FP8ROUTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel[0], dk::kThreads, k.smem));
-  s[1] = per_sm * dev.sm_count;
-  for (int c = 2; c <= dk::kMaxSplits; ++c)
-    s[c] = resident_cluster_blocks(reinterpret_cast<const void*>(k.kernel[0]), dk::kThreads, k.smem, c);
-  std::lock_guard<std::mutex> lock(mu);
-  return cache.emplace(std::pair{config, dev.index}, s).first->second;
+  static decode_plan::SlotsCache cache;
+  return cache.get(config, dev.index, [&] {
+    const KernelInfo& k = kernels_table()[config];
+    for (const Kernel fn : k.kernel) allow_dynamic_smem(reinterpret_cast<const void*>(fn), k.smem, dev.index);
+    return decode_plan::query_slots(reinterpret_cast<const void*>(k.kernel[0]), k.smem, dev.sm_count);
+  });
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Rows of the largest group any routing can make.
 int64_t max_group_rows(const GroupedProblem& p) { return p.rows; }
@@ -119,12 +106,10 @@ struct Launch {
   int clusters = 0, splits = 0, split_kblocks = 0;
 };
 
-// The split-K rule of the dense decode backend on the items of the experts planned active: the time
-// is waves x (K blocks per block + a fixed start and end), plus the cluster reduction when K is
-// split. Block scales: a split's sa slice [kb][max M] and sb slice must fit their shared memory.
-// splits = 0: no split count fits.
+// The dense decode backend's split-K rule (decode_plan::best_split) on the items of the experts
+// planned active, a cluster per item at a time. Block scales: a split's sa slice [kb][max M] and
+// sb slice must fit their shared memory. splits = 0: no split count fits.
 Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
-  constexpr double kStartEnd = 2, kReduce = 1;
   const KernelInfo& k = kernels_table()[config];
   const int64_t kblocks = ceil_div(p.k, dk::kKBlock);
   const int64_t row_blocks = ceil_div(p.n, k.rows);
@@ -135,23 +120,14 @@ Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
     return p.scale != ScaleKind::block ||
            (skb * k.max_m * 4 <= dk::kSaBytes && skb * 4 <= dk::kSbBytes);
   };
-  Launch best;
-  double best_cost = 0;
-  for (int64_t s = 1; s <= std::min<int64_t>(dk::kMaxSplits, kblocks); ++s) {
-    const int64_t skb = ceil_div(kblocks, s), splits = ceil_div(kblocks, skb);
-    if (splits != s || !fits(skb) || slots[splits] <= 0) continue;
-    const int64_t clusters = slots[splits] / splits;
-    const int64_t waves = ceil_div(items, clusters);
-    const double cost = double(waves) * (double(skb) + kStartEnd) + (splits > 1 ? kReduce : 0);
-    if (best.splits == 0 || cost < best_cost) {
-      best_cost = cost;
-      best.splits = static_cast<int>(splits);
-      best.split_kblocks = static_cast<int>(skb);
-      // Every item of every expert has a cluster when the GPU holds that many; never more.
-      best.clusters = static_cast<int>(std::min<int64_t>(clusters, row_blocks * p.experts));
-    }
-  }
-  return best;
+  auto waves = [&](int64_t splits) { return ceil_div(items, slots[splits] / splits); };
+  const decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves);
+  Launch l;
+  l.splits = s.splits;
+  l.split_kblocks = s.split_kblocks;
+  // Every item of every expert has a cluster when the GPU holds that many; never more.
+  if (s.splits > 0) l.clusters = static_cast<int>(std::min<int64_t>(slots[s.splits] / s.splits, row_blocks * p.experts));
+  return l;
 }
 
 class DecodeBackend final : public GroupedBackend {
@@ -162,27 +138,14 @@ class DecodeBackend final : public GroupedBackend {
     if (max_group_rows(p) > kMaxRows)
       return "decode: groups of at most " + std::to_string(kMaxRows) + " rows (masked M_max or contiguous M_total), got " +
              std::to_string(p.rows);
-    if (p.experts > dk::kMaxExperts)
-      return "decode: at most " + std::to_string(dk::kMaxExperts) + " experts (the scan in shared memory), got " +
-             std::to_string(p.experts);
-    if (p.align < 16)
-      return "decode: a and b must be 16-byte aligned, addresses and row stride K (TMA), got align=" +
-             std::to_string(p.align);
-    if (p.out != DType::bf16 && p.out != DType::f16) return "decode: out must be bf16 or f16";
-    // Rows of a and out are int32 in the kernel: masked E x M_max must fit.
-    if ((p.form == GroupedForm::masked ? p.experts * p.rows : p.rows) > (int64_t{1} << 31) - 256)
-      return "decode: the rows of a (E x M_max) must be below 2^31 - 256";
+    if (std::string why = sm90_operands_reason(p, "decode", dk::kMaxExperts); !why.empty()) return why;
     if (p.scale == ScaleKind::block) {
       Slots any{};
       any.fill(1 << 20);
       if (plan(p, config_for(p), any).splits == 0)
         return "decode: block scales at K=" + std::to_string(p.k) + " need more than 8 K splits for the scale slices";
     }
-    if (cuda_device_count() == 0) return "no GPU: " + cuda_unavailable_reason();
-    const DeviceInfo& d = device_info(-1);
-    if (!d.is_sm90())
-      return "decode: built for sm_90a; device " + std::to_string(d.index) + " is sm_" + std::to_string(d.sm_version());
-    return "";
+    return sm90_device_reason("decode");
   }
 
   void run(const GroupedProblem& p, const GroupedOperands& ops, cudaStream_t stream) const override {
@@ -192,23 +155,13 @@ class DecodeBackend final : public GroupedBackend {
     const Launch l = plan(p, config, resident_blocks(config, dev));
     FP8ROUTE_CHECK_CAT(l.splits > 0 && l.clusters > 0, ErrorCategory::cuda_error,
                        "decode: no cluster of the planned split fits on this GPU for " << to_string(p));
-    const bool masked = p.form == GroupedForm::masked;
     dk::Params kp{};
-    kp.g = {ops.groups, static_cast<int>(p.experts), static_cast<int>(p.rows), masked, p.offsets_with_start};
-    kp.bsa = {ops.sa, ops.sa_stride_e, ops.sa_stride_t, ops.sa_stride_c, p.sa_storage == ScaleStorage::ue8m0_packed};
-    kp.sa = static_cast<const float*>(ops.sa);
-    kp.sb = ops.sb;
-    kp.out = ops.out;
-    kp.n = static_cast<int>(p.n);
-    kp.kblocks = static_cast<int>(ceil_div(p.k, dk::kKBlock));
+    set_grouped_args(kp, p, ops);
     kp.split_kblocks = l.split_kblocks;
     kp.splits = l.splits;
     kp.row_blocks = static_cast<int>(ceil_div(p.n, k.rows));
-    kp.scale_kind = static_cast<int>(p.scale);
-    kp.sa_per_expert = p.sa_per_expert;
-    const int64_t a_rows = masked ? p.experts * p.rows : p.rows;
     const CUtensorMap wmap = gemm::batched_byte_matrix_map(ops.b, p.experts, p.n, p.k, k.rows, "grouped decode");
-    const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows, p.k, p.k, 8, "grouped decode");
+    const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows(p), p.k, p.k, 8, "grouped decode");
     const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
     allow_dynamic_smem(reinterpret_cast<const void*>(kernel), k.smem, dev.index);
     LaunchShape s;

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "core/griddep.cuh"
+#include "gemm/decode/parts.cuh"
 #include "gemm/sm90.cuh"
 #include "moe/sm90/common.cuh"
 
@@ -41,42 +42,24 @@ namespace fp8route::kernels::moe_decode {
 using moe::BlockScaleA;
 using moe::Groups;
 using moe::GroupRows;
+// The block shape and the parts of the dense decode kernel (gemm/decode/parts.cuh).
+using namespace decode;
 
-inline constexpr int kConsumerWarps = 4;
-inline constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
-inline constexpr int kKBlock = 128;                         // bytes of K per stage = the scale block
-inline constexpr int kMaxSplits = 8;                        // portable cluster size
-inline constexpr int kMaxExperts = 1024;                    // the scan's prefix array in shared memory
-inline constexpr int kActBox = 8 * kKBlock;                 // one 8-token tile of one K block
-// Block-scale slices of a split's K range: sa [kb][kMaxM] and sb [kb] (kRows <= 128: one 128-row
-// weight block). The launcher keeps the K slices short enough to fit.
-inline constexpr int kSaBytes = 16 * 1024;
-inline constexpr int kSbBytes = 4 * 1024;
+inline constexpr int kMaxExperts = 1024;     // the scan's prefix array in shared memory
+inline constexpr int kActBox = 8 * kKBlock;  // one 8-token tile of one K block
 
-struct Params {
-  Groups g;
-  BlockScaleA bsa;   // block scales
-  const float* sa;   // tensor / row scales: [1] or [E]; [rows of a]
-  const float* sb;   // [E] | [E, N] | [E, ceil(N/128), kblocks]
-  void* out;         // OutT [rows of a, N]
-  int n;
-  int kblocks;        // K / 128 rounded up
+struct Params : moe::GroupedArgs {
   int split_kblocks;  // K blocks per split (the last split may have fewer)
   int splits;         // cluster size along y; 1 = no cluster
   int row_blocks;     // ceil(N / kRows)
-  int scale_kind;     // 0 tensor, 1 row, 2 block
-  bool sa_per_expert; // tensor: sa [E]
 };
 
 template <int kTokenTiles, int kRowTilesPerWarp, int kStages>
-struct Traits {
-  static constexpr int kMaxM = 8 * kTokenTiles;
-  static constexpr int kRows = 16 * kRowTilesPerWarp * kConsumerWarps;
-  static constexpr int kWeightTile = kRows * kKBlock;
-  static constexpr int kActTile = kMaxM * kKBlock;
-  static constexpr int kRedLd = kRows + 4;  // fp32 sums [kMaxM][kRedLd] for the split reduction
-  static constexpr int kRedBytes = kMaxM * kRedLd * 4;
-  // From a 1024-byte aligned base (the 128-byte swizzle repeats every 1024 bytes).
+struct Traits : decode::Tiles<kTokenTiles, kRowTilesPerWarp> {
+  using B = decode::Tiles<kTokenTiles, kRowTilesPerWarp>;
+  using B::kActTile, B::kRedBytes, B::kRows, B::kWeightTile;
+  // From a 1024-byte aligned base (the 128-byte swizzle repeats every 1024 bytes). Block-scale
+  // slices of a split's K range: sa [kb][kMaxM] and sb [kb] (one 128-row weight block).
   static constexpr int kWeightOff = 0;
   static constexpr int kActOff = kWeightOff + kStages * kWeightTile;
   static constexpr int kSaOff = kActOff + kStages * kActTile;
@@ -86,7 +69,7 @@ struct Traits {
   static constexpr int kBytes = kBarOff + 2 * kStages * 8;
   static constexpr int kSmemBytes = kBytes + 1024;  // + alignment slack of the dynamic base
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
-  static_assert(kRows <= 128, "a block's rows lie in one 128-row weight scale block");
+  static_assert(128 % kRows == 0, "a block's rows lie in one 128-row weight scale block");
   static_assert(kRedBytes <= kStages * kWeightTile, "the split sums reuse the weight ring");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 };
@@ -129,13 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int nk = min(p.kblocks, kb0 + p.split_kblocks) - kb0;
   const bool block_scales = p.scale_kind == 2;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, kConsumerWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  init_ring(full0, empty0, kStages);
   griddep_wait();
   // One tile per expert with rows: prefix[e] is e's rank among the active experts. The scan's
   // barriers also publish the barrier initialization.
@@ -160,15 +137,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // [count x rows] outputs, summing the splits in rank order. All threads of the block take part.
   const auto reduce = [&](const Item& it) {
     cluster_sync();
-    const int rows = min(T::kRows, p.n - it.row0), count = it.gr.count * rows;
-    const int per = (count + p.splits - 1) / p.splits;
-    const int first = blockIdx.y * per, last = min(count, first + per);
-    const uint32_t red = base + T::kWeightOff;
-    for (int idx = first + threadIdx.x; idx < last; idx += kThreads) {
-      const int m = idx / rows, r = idx % rows, n = it.row0 + r, a_row = it.gr.row0 + m;
-      const uint32_t addr = red + (m * T::kRedLd + r) * 4;
-      float v = 0.f;
-      for (int q = 0; q < p.splits; ++q) v += ld_peer_f32(addr, q);
+    const SplitShare sh = split_share<T::kRows>(p.n, it.row0, it.gr.count, p.splits);
+    for (int idx = sh.first + threadIdx.x; idx < sh.last; idx += kThreads) {
+      const int m = idx / sh.rows, r = idx % sh.rows, n = it.row0 + r, a_row = it.gr.row0 + m;
+      const float v = peer_sum<T::kRedLd>(base + T::kWeightOff, m, r, p.splits);
       const float sa = block_scales ? 1.f : act_scale(p, it.e, a_row);
       const float sb = block_scales ? 1.f : weight_scale(p, it.e, n);
       store<OutT>(p, v, sa, sb, a_row, n);
@@ -207,9 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x;  // 0..127
   const int g = lane / 4, t = lane % 4;
   const int tile0 = warp * RT * 16;  // this warp's first row in the block
-  // ldmatrix lane roles: weight tile rows (two 8-row halves) and chunk pairs; token rows.
-  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
-  const int b_row = lane & 7, b_chunk = lane >> 3;
+  const MmaLanes lanes = mma_lanes(lane);
 
   for (int w = blockIdx.x; w < items; w += gridDim.x) {
     const Item it = item(w);
@@ -245,12 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     float acc[RT][NT][4];
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[r][j][q] = 0.f;
+    zero(acc);
 
     for (int i = 0; i < nk; ++i, ++iter) {
       const int s = iter % kStages;
@@ -258,49 +223,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t wt = base + T::kWeightOff + s * T::kWeightTile;
       const uint32_t at = base + T::kActOff + s * T::kActTile;
       float part[RT][NT][4];
-#pragma unroll
-      for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) part[r][j][q] = 0.f;
-#pragma unroll
-      for (int kp = 0; kp < 2; ++kp) {  // two 32-wide k steps per 64 bytes
-        uint32_t b[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-          if (j < nt) ldmatrix_x4(b[j], swz(at, 8 * j + b_row, 4 * kp + b_chunk));
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks) {
-#pragma unroll
-          for (int r = 0; r < RT; ++r) {
-            uint32_t a[4];
-            ldmatrix_x4(a, swz(wt, tile0 + 16 * r + a_row, 2 * (2 * kp + ks) + a_chunk));
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-              if (j < nt) mma_e4m3(part[r][j], a, b[j][2 * ks], b[j][2 * ks + 1]);
-          }
-        }
-      }
+      uint32_t b[NT][4], a[4];
+      mma_stage(part, wt, at, tile0, lanes, nt, b, a);
       __syncwarp();
       if (lane == 0) mbar_arrive(empty0 + 8 * s);
-      if (block_scales) {
-        const float sbv = sb_s[i];
-#pragma unroll
-        for (int r = 0; r < RT; ++r)
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-              acc[r][j][q] = __fmaf_rn(part[r][j][q], sa_s[i * T::kMaxM + 8 * j + 2 * t + (q & 1)] * sbv, acc[r][j][q]);
-      } else {
-#pragma unroll
-        for (int r = 0; r < RT; ++r)
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) acc[r][j][q] += part[r][j][q];
-      }
+      // The item's rows lie in one 128-row weight block: sb_s [nk], a row-block stride of 0.
+      if (block_scales)
+        accumulate_scaled(acc, part, sa_s, T::kMaxM, sb_s, 0, i, it.row0, tile0, t);
+      else
+        accumulate(acc, part);
     }
 
     if (p.splits == 1) {
@@ -318,15 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       // Every stage of the item was consumed and the producer streams nothing more before the
       // reduction ends, so the ring is free for the sums.
-      float* red = reinterpret_cast<float*>(smem + T::kWeightOff);
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));
-#pragma unroll
-      for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int q = 0; q < 4; ++q)
-            red[(8 * j + 2 * t + (q & 1)) * T::kRedLd + tile0 + 16 * r + g + (q >= 2 ? 8 : 0)] = acc[r][j][q];
+      write_sums<T::kRedLd>(reinterpret_cast<float*>(smem + T::kWeightOff), acc, g, t, tile0);
       reduce(it);
     }
   }

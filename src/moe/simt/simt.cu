@@ -56,22 +56,16 @@ class SimtBackend final : public GroupedBackend {
     kernels::GroupedSimtParams k{};
     k.a = ops.a;
     k.b = ops.b;
-    k.sa = ops.sa;
+    k.sa = static_cast<const float*>(ops.sa);
     k.sb = ops.sb;
-    k.groups = ops.groups;
+    k.g = {ops.groups, static_cast<int>(p.experts), static_cast<int>(p.rows), p.form == GroupedForm::masked,
+           p.offsets_with_start};
+    k.bsa = {ops.sa, ops.sa_stride_e, ops.sa_stride_t, ops.sa_stride_c, p.sa_storage == ScaleStorage::ue8m0_packed};
     k.out = ops.out;
-    k.experts = static_cast<int>(p.experts);
-    k.rows = static_cast<int>(p.rows);
     k.n = static_cast<int>(p.n);
     k.k = static_cast<int>(p.k);
-    k.masked = p.form == GroupedForm::masked;
-    k.offsets_with_start = p.offsets_with_start;
     k.scale_kind = static_cast<int>(p.scale);
     k.sa_per_expert = p.sa_per_expert;
-    k.sa_packed = p.sa_storage == ScaleStorage::ue8m0_packed;
-    k.sa_stride_e = ops.sa_stride_e;
-    k.sa_stride_t = ops.sa_stride_t;
-    k.sa_stride_c = ops.sa_stride_c;
     if (p.out == DType::bf16)
       launch<__nv_bfloat16>(p, k, stream);
     else

@@ -56,18 +56,9 @@ inline constexpr int kMaxExperts = 1024;  // the scan's prefix array in shared m
 inline constexpr int kProducerRegs = 56;
 inline constexpr int kConsumerRegs = 224;
 
-struct Params {
-  Groups g;
-  BlockScaleA bsa;  // block scales
-  const float* sa;  // tensor / row scales: [1] or [E]; [rows of a]
-  const float* sb;  // [E] | [E, N] | [E, ceil(N/128), kblocks]
-  void* out;        // OutT [rows of a, N]
-  int n;
-  int kblocks;  // K / 128 rounded up
-  int tiles_n;  // ceil(N / 128)
-  int scale_kind;      // 0 tensor, 1 row, 2 block
-  bool sa_per_expert;  // tensor: sa [E]
-  bool out_pairs;      // out and N allow two-element stores
+struct Params : moe::GroupedArgs {
+  int tiles_n;     // ceil(N / 128)
+  bool out_pairs;  // out and N allow two-element stores
 };
 
 template <int kStages>

@@ -19,6 +19,7 @@
 #include "fp8route/error.h"
 #include "gemm/tensor_map.h"
 #include "moe/backend.h"
+#include "moe/sm90/launch.cuh"
 #include "moe/wgmma/kernel.cuh"
 
 namespace fp8route::moe {
@@ -29,6 +30,7 @@ namespace wk = kernels::moe_wgmma;
 // Stages: as many 32.5 KB slots (a and b tiles, 128 scales) as fit 227 KB with the scan.
 constexpr int kStages = 6;
 using Traits = wk::Traits<kStages>;
+static_assert(wk::kBK == 128, "GroupedArgs::kblocks counts 128-wide K blocks");
 
 using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const wk::Params);
 constexpr Kernel kKernels[2] = {&wk::sm90_fp8_grouped_wgmma<__nv_bfloat16, kStages>,
@@ -58,44 +60,21 @@ class WgmmaBackend final : public GroupedBackend {
   std::string_view name() const override { return "wgmma"; }
 
   std::string supports(const GroupedProblem& p) const override {
-    if (p.experts > wk::kMaxExperts)
-      return "wgmma: at most " + std::to_string(wk::kMaxExperts) + " experts (the scan in shared memory), got " +
-             std::to_string(p.experts);
-    if (p.align < 16)
-      return "wgmma: a and b must be 16-byte aligned, addresses and row stride K (TMA), got align=" +
-             std::to_string(p.align);
-    if (p.out != DType::bf16 && p.out != DType::f16) return "wgmma: out must be bf16 or f16";
-    // Rows of a and out are int32 in the kernel: masked E x M_max must fit.
-    if ((p.form == GroupedForm::masked ? p.experts * p.rows : p.rows) > (int64_t{1} << 31) - 256)
-      return "wgmma: the rows of a (E x M_max) must be below 2^31 - 256";
+    if (std::string why = sm90_operands_reason(p, "wgmma", wk::kMaxExperts); !why.empty()) return why;
     // Tile indices are int32: the most tiles any routing makes must fit.
     if (bound_tiles(p) > std::numeric_limits<int32_t>::max())
       return "wgmma: more than 2^31 tiles (" + to_string(p) + ")";
-    if (cuda_device_count() == 0) return "no GPU: " + cuda_unavailable_reason();
-    const DeviceInfo& d = device_info(-1);
-    if (!d.is_sm90())
-      return "wgmma: built for sm_90a; device " + std::to_string(d.index) + " is sm_" + std::to_string(d.sm_version());
-    return "";
+    return sm90_device_reason("wgmma");
   }
 
   void run(const GroupedProblem& p, const GroupedOperands& ops, cudaStream_t stream) const override {
     const DeviceInfo& dev = device_info(-1);
     const int out_index = p.out == DType::bf16 ? 0 : 1;
-    const bool masked = p.form == GroupedForm::masked;
     wk::Params kp{};
-    kp.g = {ops.groups, static_cast<int>(p.experts), static_cast<int>(p.rows), masked, p.offsets_with_start};
-    kp.bsa = {ops.sa, ops.sa_stride_e, ops.sa_stride_t, ops.sa_stride_c, p.sa_storage == ScaleStorage::ue8m0_packed};
-    kp.sa = static_cast<const float*>(ops.sa);
-    kp.sb = ops.sb;
-    kp.out = ops.out;
-    kp.n = static_cast<int>(p.n);
-    kp.kblocks = static_cast<int>(ceil_div(p.k, wk::kBK));
+    set_grouped_args(kp, p, ops);
     kp.tiles_n = static_cast<int>(ceil_div(p.n, wk::kBN));
-    kp.scale_kind = static_cast<int>(p.scale);
-    kp.sa_per_expert = p.sa_per_expert;
     kp.out_pairs = p.n % 2 == 0 && reinterpret_cast<uintptr_t>(ops.out) % 4 == 0;
-    const int64_t a_rows = masked ? p.experts * p.rows : p.rows;
-    const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows, p.k, p.k, wk::kBM, "grouped wgmma");
+    const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows(p), p.k, p.k, wk::kBM, "grouped wgmma");
     const CUtensorMap bmap = gemm::batched_byte_matrix_map(ops.b, p.experts, p.n, p.k, wk::kBN, "grouped wgmma");
     const int slots = resident_blocks(out_index, dev);
     FP8ROUTE_CHECK_CAT(slots > 0, ErrorCategory::cuda_error, "grouped wgmma: no block fits on this GPU");
