@@ -83,7 +83,9 @@ Split best_split(int64_t kblocks, const Slots& slots, Fits fits, Waves waves) {
   double best_cost = 0;
   for (int64_t s = 1; s <= max_splits; ++s) {
     const int64_t skb = ceil_div(kblocks, s), splits = ceil_div(kblocks, skb);
-    if (splits != s || !fits(skb) || slots[splits] <= 0) continue;
+    // Fewer slots than one cluster's blocks: no cluster of that size is resident (and waves() would
+    // divide by zero).
+    if (splits != s || !fits(skb) || slots[splits] < splits) continue;
     const double cost = double(waves(splits)) * (double(skb) + kStartEnd) + (splits > 1 ? kReduce : 0);
     if (best.splits == 0 || cost < best_cost) {
       best_cost = cost;
