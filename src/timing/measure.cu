@@ -69,14 +69,14 @@ std::string seconds_text(double s) {
   return buf;
 }
 
-}  // namespace
-
-bool finished_within(cudaStream_t stream, double seconds) {
+// Polls query() (cudaStreamQuery or cudaEventQuery) until it reports done or `seconds` pass.
+template <class Query>
+bool polled_within(Query query, double seconds) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + std::chrono::duration<double>(seconds);
   auto nap = std::chrono::microseconds(10);
   for (;;) {
-    const cudaError_t e = cudaStreamQuery(stream);
+    const cudaError_t e = query();
     if (e == cudaSuccess) return true;
     if (e != cudaErrorNotReady) FP8ROUTE_CUDA_CHECK(e);
     if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();  // "not yet" is no error
@@ -84,6 +84,16 @@ bool finished_within(cudaStream_t stream, double seconds) {
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(1000));
   }
+}
+
+}  // namespace
+
+bool finished_within(cudaStream_t stream, double seconds) {
+  return polled_within([&] { return cudaStreamQuery(stream); }, seconds);
+}
+
+bool finished_within(cudaEvent_t event, double seconds) {
+  return polled_within([&] { return cudaEventQuery(event); }, seconds);
 }
 
 int rotation_sets(int64_t bytes_per_call, const MeasureOptions& opt) {
@@ -180,22 +190,32 @@ std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, in
       for (int i = 0; i < sets; ++i) ops[o](i, stream);
     }
   };
-  // A round (one replay of every op) is waited for before the next is enqueued, with a bound: a
-  // stuck op would otherwise fill the stream's launch queue and block the host in an enqueue.
+  // The rounds (one replay of every op, warm-ups first) are enqueued back to back, so the GPU never
+  // waits for the host between them; at most two are in the queue: before round r is enqueued,
+  // round r - 2 must have finished within a bound, else a stuck op would fill the stream's launch
+  // queue and block the host in an enqueue. The bound is that of the op's first calls plus 4x what
+  // they took, per round, and the wait spans two rounds.
   const double round_bound = opt.timeout_s + 4.0 * first_calls_s;
-  std::vector<cudaEvent_t> ev(2 * opt.reps * n);
+  const int rounds = opt.warmup + opt.reps;
+  std::vector<cudaEvent_t> ev(2 * opt.reps * n), round_end(rounds);
   for (auto& e : ev) FP8ROUTE_CUDA_CHECK(cudaEventCreate(&e));
+  for (auto& e : round_end) FP8ROUTE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   const auto stalled = [&] {
     for (size_t o = 0; o < n; ++o)
       if (live[o]) out[o].stalled = true;
     for (auto& e : ev) cudaEventDestroy(e);
-    return give_up_stream("a round of timed replays did not finish within " + seconds_text(round_bound) +
-                                 " (a kernel that never returns, or the GPU held by other work); not timed");
+    for (auto& e : round_end) cudaEventDestroy(e);
+    return give_up_stream("timed replays did not finish within " + seconds_text(2 * round_bound) +
+                          " a round (a kernel that never returns, or the GPU held by other work); not timed");
+  };
+  const auto end_round = [&](int r) {
+    FP8ROUTE_CUDA_CHECK(cudaEventRecord(round_end[r], stream));
+    return r < 2 || finished_within(round_end[r - 2], 2 * round_bound);
   };
   for (int w = 0; w < opt.warmup; ++w) {
     for (size_t o = 0; o < n; ++o)
       if (live[o]) run_once(o);
-    if (!finished_within(stream, round_bound)) return stalled();
+    if (!end_round(w)) return stalled();
   }
   // Rounds: replay r of every op before replay r + 1 of any, so that a drift of the clocks during
   // the run (the H200 moves by ~10% within seconds under sustained load) shifts every op alike. The
@@ -214,8 +234,10 @@ std::vector<Measurement> measure_interleaved(const std::vector<Enqueue>& ops, in
       run_once(o);
       FP8ROUTE_CUDA_CHECK(cudaEventRecord(ev[2 * (r * n + o) + 1], stream));
     }
-    if (!finished_within(stream, round_bound)) return stalled();
+    if (!end_round(opt.warmup + r)) return stalled();
   }
+  if (!finished_within(stream, 2 * round_bound)) return stalled();
+  for (auto& e : round_end) cudaEventDestroy(e);
   for (size_t o = 0; o < n; ++o) {
     if (!live[o]) continue;
     std::vector<double> us(opt.reps);

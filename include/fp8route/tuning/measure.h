@@ -26,10 +26,10 @@ struct MeasureOptions {
                            // the op's time is the mean of their medians (a stream-K graph runs at
                            // one of two speeds for its life: docs/routing.md, "Near-ties")
   // Nothing here waits for the GPU without a bound: an op's first calls must finish within
-  // timeout_s of being enqueued, and the timed replays within timeout_s plus 4x what the first
-  // calls took per replay. An op that misses its bound gets Measurement::stalled and an error; the
-  // thread's timing stream (which still holds the stuck work) is then given up for a new one, and
-  // the ops not yet run are reported as not timed.
+  // timeout_s of being enqueued, and each round of replays (enqueued back to back, at most two in
+  // flight) within twice timeout_s plus 4x what the first calls took. An op that misses its bound
+  // gets Measurement::stalled and an error; the thread's timing stream (which still holds the stuck
+  // work) is then given up for a new one, and no op of the measurement counts as timed.
   double timeout_s = 10;
 };
 
@@ -43,8 +43,10 @@ struct Measurement {
 
 using Enqueue = std::function<void(int set, cudaStream_t)>;
 
-// Whether `stream`'s work finishes within `seconds` (polled, never a blocking synchronize).
+// Whether `stream`'s work (or the work before `event`) finishes within `seconds` (polled, never a
+// blocking synchronize).
 bool finished_within(cudaStream_t stream, double seconds);
+bool finished_within(cudaEvent_t event, double seconds);
 
 // How many rotation sets a call touching `bytes_per_call` bytes of input needs.
 int rotation_sets(int64_t bytes_per_call, const MeasureOptions& opt = {});
