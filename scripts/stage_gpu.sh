@@ -2,7 +2,7 @@
 # Copies built binaries of build/release into build/gpu, small enough to carry to the GPU machine
 # (the whole build tree, CUTLASS objects included, is not; the carry limit is 64 MiB with the tree).
 # FP8ROUTE_STAGE picks what (default "tools tests python data"):
-#   tools    fp8route, gemm_bench, quant_bench (FP8ROUTE_STAGE_TOOLS="fp8route" picks some)
+#   tools    fp8route, gemm_bench, quant_bench, cublaslt_prefs (FP8ROUTE_STAGE_TOOLS="fp8route" picks some)
 #   tests    the GoogleTest binaries (FP8ROUTE_STAGE_TESTS="test_gemm test_linear" picks some)
 #   python   the Python package's native module and a tvm-ffi wheel for the GPU machine's Python 3.12
 #            (it has no registry; run_tests_direct.sh installs the wheel into build/gpu/pylib there)
@@ -25,7 +25,7 @@ if [ -f "$src/libfp8route.so" ]; then cp "$src/libfp8route.so" "$dst/"; strip "$
 for part in $what; do
   case "$part" in
     tools)
-      for b in ${FP8ROUTE_STAGE_TOOLS:-fp8route gemm_bench quant_bench}; do cp "$src/$b" "$dst/"; strip "$dst/$b"; done ;;
+      for b in ${FP8ROUTE_STAGE_TOOLS:-fp8route gemm_bench quant_bench cublaslt_prefs}; do cp "$src/$b" "$dst/"; strip "$dst/$b"; done ;;
     tests)
       for t in ${FP8ROUTE_STAGE_TESTS:-$(cd "$src/tests" && ls test_* | grep -v '\.xml$')}; do
         cp "$src/tests/$t" "$dst/tests/"; strip "$dst/tests/$t"
