@@ -5,7 +5,7 @@
 // timed side by side with the routed scaled_mm by the one timing method (interleaved, graph replay,
 // cold L2: fp8route/tuning/measure.h), and each algorithm is named by its attributes.
 //
-//   cublaslt_prefs --n 2112 --k 7168 --m 1,4,16,64 [--top 4] [--align 16,256] [--workspace-mib 1,4,32]
+//   cublaslt_prefs --n 2112 --k 7168 --m 1,4,16,64 [--top 4] [--align 0,16,256] [--workspace-mib 1,4,32]
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -52,7 +52,7 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
 int main(int argc, char** argv) {
   CLI::App app{"cuBLASLt preferences against fp8route's routed per-tensor FP8 GEMM"};
   int64_t n = 0, k = 0;
-  std::string ms_text = "1,4,16,64", align_text = "16,256", ws_text = "1,4,32";
+  std::string ms_text = "1,4,16,64", align_text = "0,16,256", ws_text = "1,4,32";
   size_t top = 4;
   app.add_option("--n", n, "output features (N)")->required()->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
   app.add_option("--k", k, "input features (K), a multiple of 16")
