@@ -525,6 +525,18 @@ TEST_F(AutoProbeTest, DueMAreProbedOnlyByCallsNextToThem) {
   EXPECT_EQ(autoprobe_records().size(), 2u);
 }
 
+// warmup() checks its shape, and without a GPU (nothing to time, no machine to key the cache by)
+// it probes nothing and reports nothing.
+TEST_F(AutoProbeTest, WarmupChecksItsShapeAndNeedsAGpu) {
+  TempDir dir;
+  set_autoprobe_config(config_in(dir.path));
+  EXPECT_THROW((void)warmup(ScaleKind::row, DType::bf16, 0, 4096), Error);
+  EXPECT_THROW((void)warmup(ScaleKind::row, DType::bf16, 4096, -1), Error);
+  if (cuda_device_count() > 0) GTEST_SKIP() << "on a GPU warmup probes for real (the Python GPU test covers it)";
+  EXPECT_TRUE(warmup(ScaleKind::row, DType::bf16, 2944, 3200).empty());
+  EXPECT_TRUE(autoprobe_records().empty());
+}
+
 TEST_F(AutoProbeTest, OffReadsAndProbesNothing) {
   std::mt19937_64 rng = test::make_rng(7);
   TempDir dir;

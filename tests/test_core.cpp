@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <cstdlib>
 #include <string>
 
 #include "fp8route/device.h"
@@ -8,6 +11,7 @@
 #include "fp8route/scale_kind.h"
 #include "fp8route/status.h"
 #include "fp8route/tensor.h"
+#include "fp8route/tuning/env.h"
 #include "test_util.h"
 
 namespace fp8route {
@@ -115,6 +119,44 @@ TEST(Status, EveryComponentSaysWhy) {
     EXPECT_FALSE(c.name.empty());
     EXPECT_FALSE(c.reason.empty()) << c.name;
   }
+}
+
+// Every environment variable is read through fp8route::env: an unlisted name is a programming error
+// named in the exception, an empty value counts as unset, and seconds parse strictly.
+TEST(Env, ReadsOnlyListedVariablesAndParsesSeconds) {
+  EXPECT_THROW(
+      {
+        try {
+          (void)env::get("FP8ROUTE_NOT_A_VARIABLE");
+        } catch (const Error& e) {
+          EXPECT_EQ(e.category(), ErrorCategory::invalid_argument);
+          EXPECT_NE(std::string(e.what()).find("FP8ROUTE_NOT_A_VARIABLE"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  for (const env::Variable& v : env::variables()) {
+    EXPECT_FALSE(v.meaning.empty()) << v.name;
+    EXPECT_TRUE(v.reader == "library" || v.reader == "cli" || v.reader == "python") << v.name;
+  }
+  const char* name = "FP8ROUTE_AUTOPROBE_CALL_BUDGET";
+  const char* old = std::getenv(name);
+  const std::string saved = old ? old : "";
+  std::string bad;
+  setenv(name, "", 1);
+  EXPECT_FALSE(env::get(name));
+  EXPECT_FALSE(env::seconds(name, &bad));
+  EXPECT_EQ(bad, "");
+  setenv(name, "1.5", 1);
+  EXPECT_EQ(env::seconds(name, &bad).value_or(-1), 1.5);
+  for (const char* text : {"soon", "-1", "nan", "inf", "2s"}) {
+    setenv(name, text, 1);
+    bad.clear();
+    EXPECT_FALSE(env::seconds(name, &bad)) << text;
+    EXPECT_EQ(bad, text);
+  }
+  if (old) setenv(name, saved.c_str(), 1);
+  else unsetenv(name);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8route/tuning/backends.h"
 #include "fp8route/tuning/measure.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -316,6 +317,23 @@ TEST(FinalRound, TheNearTiesFastestFirstOrNone) {
   EXPECT_TRUE(timing::final_round({10.0, 10.1}, {false, true}, 5).empty());     // one left: no tie
   EXPECT_EQ(timing::final_round({10.4, 10.0, 12.0}, {false, false, false}, 5), (std::vector<size_t>{1, 0}));
   EXPECT_THROW(timing::final_round({1.0}, {false, false}, 5), Error);
+}
+
+// The tuning tier's view of the backend registry agrees with the public names and configs, and says
+// which backend is the slow fallback and which ranks its configs per problem.
+TEST(TuningBackends, TheRegistryAsToolsSeeIt) {
+  const std::vector<tuning::BackendInfo> all = tuning::backends();
+  std::vector<std::string> names;
+  for (const tuning::BackendInfo& b : all) {
+    names.push_back(b.name);
+    EXPECT_EQ(b.configs, gemm_configs(b.name)) << b.name;
+    EXPECT_EQ(b.slow_fallback, b.name == "reference") << b.name;
+    EXPECT_EQ(tuning::backend(b.name).name, b.name);
+  }
+  EXPECT_EQ(names, gemm_backends());
+  EXPECT_TRUE(tuning::backend("cublaslt").ranks_configs_per_problem);
+  EXPECT_THROW((void)tuning::backend("nope"), Error);
+  EXPECT_EQ(tuning::m_tile("nope", "x"), 0);
 }
 
 }  // namespace

@@ -647,7 +647,8 @@ def warmup(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", bias=Fal
     would otherwise time (nothing when the table or the probe cache has the shape), so that no call
     blocks to probe later. Call it at model load, before capturing CUDA graphs. Returns what it did:
     the records autoprobe_info() lists, one per shape probed or read from the cache. Needs automatic
-    probing on (the default); ValueError names a bad argument."""
+    probing on (the default) and a GPU (without one it does nothing); ValueError names a bad
+    argument."""
     pairs = []
     for shape in shapes:
         try:
