@@ -130,6 +130,10 @@ cudaStream_t stream_of(const FfiTensor& t) {
   return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, t.device().device_id));
 }
 
+// The stream a call given `t` runs on, as an integer handle: for the test that each host thread's
+// calls run on its own current stream.
+int64_t call_stream(FfiTensor t) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(stream_of(t))); }
+
 // The GPU a call runs on is its tensors' (the library launches, allocates workspaces and caches
 // per-device state on the current device): made current for the call when it is not already, and
 // the caller's restored after. A tensor outside CUDA memory changes nothing (the library rejects it,
@@ -731,6 +735,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(probe_shapes, probe_shapes);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(set_autoprobe, set_autoprobe);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(autoprobe_info, autoprobe_info);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(warmup, warmup);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(call_stream, call_stream);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_info, chain_trace_info);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_arm, chain_trace_arm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_disarm, chain_trace_disarm);

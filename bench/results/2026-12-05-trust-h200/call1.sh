@@ -20,6 +20,7 @@ t test_watchdog 60 $B/tests/test_watchdog
 t test_streams 180 $B/tests/test_streams
 t test_moe 150 $B/tests/test_moe --gtest_filter='-MoeFast.RealExpertShapes'
 grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED|differing" $R/test_*.txt | head -30; snap
+t threads_py 120 python3 -m pytest -q -p no:cacheprovider tests/python/test_threads_gpu.py
 t autoprobe_py 240 python3 -m pytest -q -p no:cacheprovider tests/python/test_autoprobe.py \
   -k 'sequences or bound or unseen_layer'
 tail -5 $R/autoprobe_py.txt; snap
