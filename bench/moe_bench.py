@@ -17,8 +17,6 @@ import argparse
 import json
 import math
 import os
-import random
-import statistics
 import sys
 
 import torch
@@ -26,6 +24,10 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import fp8route  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e  # noqa: E402  (bench/e2e.py: copy_bandwidth)
+from python_bench import l2_bytes, time_interleaved  # noqa: E402  (the interleaved graph timing)
 
 DEV = "cuda"
 E4M3 = torch.float8_e4m3fn
@@ -40,63 +42,6 @@ LAYERS = {
     "qwen3_235b_a22b.down": (128, 4096, 1536),
 }
 BACKENDS = ["", "decode", "wgmma", "simt"]  # "" = the default rule
-
-
-def l2_bytes():
-    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 60 << 20)
-
-
-def copy_bandwidth():
-    """Device-to-device copy, bytes read + written over 2 (GB/s): the floor's bandwidth."""
-    n = 1 << 30
-    src, dst = torch.empty(n, dtype=torch.uint8, device=DEV), torch.empty(n, dtype=torch.uint8, device=DEV)
-    for _ in range(3):
-        dst.copy_(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        dst.copy_(src)
-    end.record()
-    torch.cuda.synchronize()
-    return 10 * n / (start.elapsed_time(end) * 1e-3) / 1e9
-
-
-def time_interleaved(ops, sets, reps=20, warmup=5):
-    """ops: {name: fn(set_index)}. Returns {name: median us per call}; an op that raises is left out."""
-    flush = torch.empty(2 * l2_bytes() // 4, dtype=torch.float32, device=DEV)
-    graphs, errors = {}, {}
-    for name, fn in ops.items():
-        try:
-            for i in range(sets):
-                fn(i)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for i in range(sets):
-                    fn(i)
-            graphs[name] = g
-        except Exception as e:  # unsupported by this backend / torch build: reported, not timed
-            errors[name] = str(e).splitlines()[0][:120]
-    for _ in range(warmup):
-        for g in graphs.values():
-            g.replay()
-    times = {name: [] for name in graphs}
-    rng = random.Random(12345)
-    names = list(graphs)
-    events = []
-    for _ in range(reps):
-        rng.shuffle(names)
-        for name in names:
-            flush.sum()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[name].replay()
-            end.record()
-            events.append((name, start, end))
-    torch.cuda.synchronize()
-    for name, start, end in events:
-        times[name].append(start.elapsed_time(end) * 1000.0 / sets)
-    return {name: statistics.median(v) for name, v in times.items()}, errors
 
 
 def counts_for(e, active, m, gen):
@@ -160,7 +105,8 @@ def run_point(layer, form, scale, m, active, gen, copy_gbs):
         ops["fp8route:" + (be or "default")] = (lambda be: lambda i: ours(data[i], form, scale, be)())(be)
     if scale == "row":
         ops["torch._scaled_grouped_mm"] = lambda i: torch_grouped(data[i], form)()
-    times, errors = time_interleaved(ops, sets)
+    errors = {}
+    times = time_interleaved(ops, sets, errors=errors)
     flops = 2.0 * active * m * n * k
     rows = []
     for name, us in sorted(times.items(), key=lambda kv: kv[1]):
@@ -186,7 +132,7 @@ def main():
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     gen = torch.Generator().manual_seed(0)
-    copy_gbs = copy_bandwidth()
+    copy_gbs = e2e.copy_bandwidth(1 << 30, 10) / 2 / 1e9  # bytes read + written over 2
     print(f"device copy bandwidth {copy_gbs:.0f} GB/s; L2 {l2_bytes() >> 20} MB")
     records = []
     for layer in args.layers.split(","):

@@ -61,19 +61,25 @@ def rotation_sets(nbytes):
     return int(min(max(math.ceil(3 * l2_bytes() / max(1, nbytes)), 3), 512))
 
 
-def time_interleaved(ops, sets, reps=20, warmup=5):
-    """ops: {name: fn(set_index)}. Returns {name: median us per call}."""
+def time_interleaved(ops, sets, reps=20, warmup=5, errors=None):
+    """ops: {name: fn(set_index)}. Returns {name: median us per call}. With an `errors` dict, an op
+    that raises while being set up is left out and its first error line kept there, else it raises."""
     flush = torch.empty(2 * l2_bytes() // 4, dtype=torch.float32, device=DEV)
     graphs = {}
     for name, fn in ops.items():
-        for i in range(sets):  # first calls outside capture (workspaces, torch.compile)
-            fn(i)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for i in range(sets):
+        try:
+            for i in range(sets):  # first calls outside capture (workspaces, torch.compile)
                 fn(i)
-        graphs[name] = g
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for i in range(sets):
+                    fn(i)
+            graphs[name] = g
+        except Exception as e:
+            if errors is None:
+                raise
+            errors[name] = str(e).splitlines()[0][:120]
     for _ in range(warmup):
         for g in graphs.values():
             g.replay()
