@@ -596,6 +596,20 @@ def _m_grid(m_grid):
         raise ValueError(f"m_grid: integers expected, got {m_grid!r}") from None
 
 
+def _shapes_and_scales(shapes, scales):
+    """probe's and warmup's (N, K) pairs as lists of ints, and scale kinds as a list of names."""
+    pairs = []
+    for shape in shapes:
+        try:
+            n, k = (int(v) for v in shape)
+        except (TypeError, ValueError):
+            raise ValueError(f"shapes: (N, K) pairs expected, got {shape!r}") from None
+        pairs.append([n, k])
+    if isinstance(scales, str):
+        scales = [scales]
+    return pairs, [str(s) for s in scales]
+
+
 def probe(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", m_grid=None, top=5, always=False):
     """Times the routing candidates of each (N, K) of `shapes` on this GPU, for every scale kind of
     `scales`, and routes scaled_mm() by those times from then on (the process-wide router; the
@@ -607,17 +621,9 @@ def probe(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", m_grid=No
     the timings (a list of dicts: m, n, k, scale, out, backend, config, us), empty when no M needed
     one; save_table(path) keeps the table with them for the next process. Needs a GPU (RuntimeError
     otherwise, unless nothing needs timing); ValueError names a bad argument."""
-    pairs = []
-    for shape in shapes:
-        try:
-            n, k = (int(v) for v in shape)
-        except (TypeError, ValueError):
-            raise ValueError(f"shapes: (N, K) pairs expected, got {shape!r}") from None
-        pairs.append([n, k])
-    if isinstance(scales, str):
-        scales = [scales]
+    pairs, scales = _shapes_and_scales(shapes, scales)
     grid = _m_grid(m_grid)
-    return plain(lib.probe_shapes(pairs, [str(s) for s in scales], _out_name(out_dtype), grid, int(top), bool(always)))
+    return plain(lib.probe_shapes(pairs, scales, _out_name(out_dtype), grid, int(top), bool(always)))
 
 
 def set_autoprobe(enabled, cache_dir=None, budget_s=None, call_budget_s=None):
@@ -649,16 +655,8 @@ def warmup(shapes, scales=("tensor", "row", "block"), out_dtype="bf16", bias=Fal
     the records autoprobe_info() lists, one per shape probed or read from the cache. Needs automatic
     probing on (the default) and a GPU (without one it does nothing); ValueError names a bad
     argument."""
-    pairs = []
-    for shape in shapes:
-        try:
-            n, k = (int(v) for v in shape)
-        except (TypeError, ValueError):
-            raise ValueError(f"shapes: (N, K) pairs expected, got {shape!r}") from None
-        pairs.append([n, k])
-    if isinstance(scales, str):
-        scales = [scales]
-    return plain(lib.warmup(pairs, [str(s) for s in scales], _out_name(out_dtype), bool(bias)))
+    pairs, scales = _shapes_and_scales(shapes, scales)
+    return plain(lib.warmup(pairs, scales, _out_name(out_dtype), bool(bias)))
 
 
 def autoprobe_info():

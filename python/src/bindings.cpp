@@ -610,6 +610,26 @@ Array<Dict> linear_plan_probe(const LinearPlanRef& p, Optional<Array<int64_t>> m
   });
 }
 
+// probe_shapes' and warmup's arguments: the scale kinds named (at least one), and (N, K) pairs of
+// integers >= 1; Error(invalid_argument) naming the bad one.
+std::vector<fp8route::ScaleKind> scale_kinds_of(const Array<String>& scales) {
+  std::vector<fp8route::ScaleKind> kinds;
+  for (const String& s : scales) kinds.push_back(fp8route::parse_scale_kind(std::string(s)));
+  FP8ROUTE_CHECK(!kinds.empty(), "scales: at least one of tensor, row, block");
+  return kinds;
+}
+
+std::vector<std::pair<int64_t, int64_t>> nk_pairs_of(const Array<Array<int64_t>>& shapes) {
+  std::vector<std::pair<int64_t, int64_t>> nk;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Array<int64_t> shape = shapes[i];
+    FP8ROUTE_CHECK(shape.size() == 2 && shape[0] >= 1 && shape[1] >= 1,
+                   "shapes[" << i << "]: an (N, K) pair of integers >= 1 expected");
+    nk.emplace_back(shape[0], shape[1]);
+  }
+  return nk;
+}
+
 // fp8route.probe(): probe_shape of every (N, K) of `shapes` at every scale kind of `scales` with the
 // process-wide router, which then routes by the timings (set_default_router: scaled_mm's cached
 // routes are dropped). The records.
@@ -618,16 +638,8 @@ Array<Dict> probe_shapes(Array<Array<int64_t>> shapes, Array<String> scales, Str
   return guarded([&] {
     const fp8route::ProbeOptions opt = probe_options(m_grid, top, always);
     const fp8route::DType out_dtype = fp8route::parse_dtype(std::string(out), "out_dtype");
-    std::vector<fp8route::ScaleKind> kinds;
-    for (const String& s : scales) kinds.push_back(fp8route::parse_scale_kind(std::string(s)));
-    FP8ROUTE_CHECK(!kinds.empty(), "scales: at least one of tensor, row, block");
-    std::vector<std::pair<int64_t, int64_t>> nk;
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const Array<int64_t> shape = shapes[i];
-      FP8ROUTE_CHECK(shape.size() == 2 && shape[0] >= 1 && shape[1] >= 1,
-                     "shapes[" << i << "]: an (N, K) pair of integers >= 1 expected");
-      nk.emplace_back(shape[0], shape[1]);
-    }
+    const std::vector<fp8route::ScaleKind> kinds = scale_kinds_of(scales);
+    const std::vector<std::pair<int64_t, int64_t>> nk = nk_pairs_of(shapes);
     FP8ROUTE_CHECK(!nk.empty(), "shapes: at least one (N, K)");
     const auto router = fp8route::default_router();
     const std::vector<fp8route::MeasurementRecord> all = fp8route::probe_shapes(*router, nk, kinds, out_dtype, opt);
@@ -677,19 +689,11 @@ Dict autoprobe_info() {
 Array<Dict> warmup(Array<Array<int64_t>> shapes, Array<String> scales, String out, bool bias) {
   return guarded([&] {
     const fp8route::DType out_dtype = fp8route::parse_dtype(std::string(out), "out_dtype");
-    std::vector<fp8route::ScaleKind> kinds;
-    for (const String& s : scales) kinds.push_back(fp8route::parse_scale_kind(std::string(s)));
-    FP8ROUTE_CHECK(!kinds.empty(), "scales: at least one of tensor, row, block");
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const Array<int64_t> shape = shapes[i];
-      FP8ROUTE_CHECK(shape.size() == 2 && shape[0] >= 1 && shape[1] >= 1,
-                     "shapes[" << i << "]: an (N, K) pair of integers >= 1 expected");
-    }
+    const std::vector<fp8route::ScaleKind> kinds = scale_kinds_of(scales);
     std::vector<fp8route::AutoProbeRecord> all;
-    for (size_t i = 0; i < shapes.size(); ++i)
+    for (const auto& [n, k] : nk_pairs_of(shapes))
       for (fp8route::ScaleKind sk : kinds) {
-        const Array<int64_t> shape = shapes[i];
-        const auto recs = fp8route::warmup(sk, out_dtype, shape[0], shape[1], bias);
+        const auto recs = fp8route::warmup(sk, out_dtype, n, k, bias);
         all.insert(all.end(), recs.begin(), recs.end());
       }
     return autoprobe_records_of(all);
