@@ -30,7 +30,7 @@ from .experts import experts_from_state, random_expert_linears, random_experts
 from .llama import LlamaModel
 from .moe_config import MoeConfig, expert_map
 from .moe_ffn import MoeFfn, moe_kind
-from .sharding import _dist_rank_world, _vocab_rows, attention_half, tp_shard
+from .sharding import _dist_rank_world, attention_half, embed_head_norm, state_loaders, tp_shard
 from .weights import LinearWeight
 
 
@@ -63,12 +63,7 @@ class MoeRankWeights:
         cfg = _base(moe)
         sh = tp_shard(cfg, rank, world)
 
-        def lin(base):
-            lw = linear_from_state(state, base).to(device)
-            return lw if kind is None else lw.convert(kind, dtype)
-
-        def vec(name):
-            return _need(state, name).to(device=device, dtype=dtype)
+        lin, vec = state_loaders(state, kind, device, dtype)
 
         layers = []
         for i in range(cfg.num_hidden_layers):
@@ -84,9 +79,7 @@ class MoeRankWeights:
                 if rank:
                     layer["down"].bias = None
             layers.append(layer)
-        embed = vec("model.embed_tokens.weight")
-        lm = embed if cfg.tie_word_embeddings else vec("lm_head.weight")
-        return cls(moe, rank, world, layers, embed, _vocab_rows(lm, sh), vec("model.norm.weight"))
+        return cls(moe, rank, world, layers, *embed_head_norm(cfg, sh, vec))
 
     @classmethod
     def random(cls, moe, rank=0, world=1, seed=0, weight_format="channel", expert_kind="channel", device="cpu",

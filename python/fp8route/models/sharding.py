@@ -61,6 +61,26 @@ def rank_linear_shapes(cfg, world=1, rank=0):
             "down_proj": (h, sh.ni)}
 
 
+def state_loaders(state, kind, device, dtype):
+    """from_state's readers of an HF state dict: lin(name) a LinearWeight on `device` (converted to
+    `kind` first unless None), vec(name) a tensor on `device` in `dtype`."""
+    def lin(base):
+        lw = linear_from_state(state, base).to(device)
+        return lw if kind is None else lw.convert(kind, dtype)
+
+    def vec(name):
+        return _need(state, name).to(device=device, dtype=dtype)
+
+    return lin, vec
+
+
+def embed_head_norm(cfg, sh, vec):
+    """The embedding, this rank's rows of the lm_head (the embedding when tied) and the final norm."""
+    embed = vec("model.embed_tokens.weight")
+    lm = embed if cfg.tie_word_embeddings else vec("lm_head.weight")
+    return embed, _vocab_rows(lm, sh), vec("model.norm.weight")
+
+
 def attention_half(cfg, sh, rank, p, lin, vec):
     """One decoder layer's attention half for rank `rank` of a TP shard `sh`, from the HF names under
     prefix `p`: qkv fused (rows of this rank's heads), o (its columns; the bias on rank 0 only, since
@@ -106,12 +126,7 @@ class RankWeights:
         cfg = config
         sh = tp_shard(cfg, rank, world)
 
-        def lin(base):
-            lw = linear_from_state(state, base).to(device)
-            return lw if kind is None else lw.convert(kind, dtype)
-
-        def vec(name):
-            return _need(state, name).to(device=device, dtype=dtype)
+        lin, vec = state_loaders(state, kind, device, dtype)
 
         layers = []
         for i in range(cfg.num_hidden_layers):
@@ -124,9 +139,7 @@ class RankWeights:
                 down.bias = None
             layer.update(gate_up=LinearWeight.cat_rows([gate, up]), down=down)
             layers.append(layer)
-        embed = vec("model.embed_tokens.weight")
-        lm = embed if cfg.tie_word_embeddings else vec("lm_head.weight")
-        return cls(cfg, rank, world, layers, embed, _vocab_rows(lm, sh), vec("model.norm.weight"))
+        return cls(cfg, rank, world, layers, *embed_head_norm(cfg, sh, vec))
 
     @classmethod
     def random(cls, config, rank=0, world=1, seed=0, weight_format="channel", device="cpu", dtype=torch.bfloat16):
