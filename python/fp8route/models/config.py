@@ -10,6 +10,17 @@ import torch
 _FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
 
+def read_hf_config(cfg):
+    """A config.json as a dict: given as a dict, the path of one, or a checkpoint directory holding one."""
+    if isinstance(cfg, (str, os.PathLike)):
+        path = os.fspath(cfg)
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        with open(path) as f:
+            cfg = json.load(f)
+    return dict(cfg)
+
+
 @dataclass
 class LlamaConfig:
     """The fields of an HF config.json the decoder reads (LlamaConfig.from_hf parses one)."""
@@ -45,13 +56,7 @@ class LlamaConfig:
     @classmethod
     def from_hf(cls, cfg):
         """cfg: a config.json dict, the path of one, or a checkpoint directory holding one."""
-        if isinstance(cfg, (str, os.PathLike)):
-            path = os.fspath(cfg)
-            if os.path.isdir(path):
-                path = os.path.join(path, "config.json")
-            with open(path) as f:
-                cfg = json.load(f)
-        cfg = dict(cfg)
+        cfg = read_hf_config(cfg)
         mt = cfg.get("model_type", "llama")
         if mt not in _FAMILIES:
             raise ValueError(f"model_type: one of {_FAMILIES}, got {mt!r}")

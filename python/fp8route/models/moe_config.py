@@ -1,28 +1,16 @@
 """The mixture-of-experts fields of an HF config.json: Qwen3-MoE, Mixtral and DeepSeek-V3 (its MoE
 FFN blocks only: its attention, MLA, is not implemented here), the checkpoint names of their MoE
 tensors, and which GPU holds which experts under expert parallelism."""
-import json
-import os
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from .config import LlamaConfig
+from .config import LlamaConfig, read_hf_config
 
 MOE_FAMILIES = ("qwen3_moe", "mixtral", "deepseek_v3")
 # The Llama-architecture family whose attention and config rules a MoE family shares.
 _BASE_FAMILY = {"qwen3_moe": "qwen3", "mixtral": "mistral"}
-
-
-def _read(cfg):
-    if isinstance(cfg, (str, os.PathLike)):
-        path = os.fspath(cfg)
-        if os.path.isdir(path):
-            path = os.path.join(path, "config.json")
-        with open(path) as f:
-            cfg = json.load(f)
-    return dict(cfg)
 
 
 @dataclass
@@ -75,7 +63,7 @@ class MoeConfig:
         """cfg: a config.json dict, the path of one, or a checkpoint directory holding one. Refused
         with a ValueError naming the field: other model types, an activation other than silu, Qwen2-MoE's
         gated shared expert, DeepSeek routing other than noaux_tc (sigmoid, grouped top-k)."""
-        cfg = _read(cfg)
+        cfg = read_hf_config(cfg)
         mt = cfg.get("model_type")
         if mt not in MOE_FAMILIES:
             raise ValueError(f"model_type: one of {MOE_FAMILIES}, got {mt!r}")
