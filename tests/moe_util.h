@@ -29,6 +29,35 @@ struct MoeSpec {
   std::vector<int32_t> groups;  // offsets or masked_m; empty: drawn
 };
 
+// Every form, output dtype, scale kind, scale_a layout and storage, and offsets form, on one small
+// problem (5 experts, 77 rows, N 200, K 640: a partial weight block, packed scales over two words).
+inline std::vector<MoeSpec> every_moe_kind(bool small_integers) {
+  std::vector<MoeSpec> out;
+  for (GroupedForm form : {GroupedForm::contiguous, GroupedForm::masked})
+    for (DType dt : {DType::bf16, DType::f16}) {
+      MoeSpec s;
+      s.form = form, s.out = dt, s.small_integers = small_integers;
+      s.experts = 5, s.rows = 77, s.n = 200, s.k = 640;
+      for (bool per_expert : {false, true}) {
+        s.scale = ScaleKind::tensor, s.sa_per_expert = per_expert;
+        out.push_back(s);
+      }
+      s.scale = ScaleKind::row;
+      out.push_back(s);
+      s.scale = ScaleKind::block;
+      for (ScaleLayout l : {ScaleLayout::row_major, ScaleLayout::col_major, ScaleLayout::col_major_tma})
+        for (bool packed : {false, true}) {
+          s.layout = l, s.packed = packed;
+          out.push_back(s);
+        }
+      if (form == GroupedForm::contiguous) {
+        s.offsets_ends = true;
+        out.push_back(s);
+      }
+    }
+  return out;
+}
+
 inline std::string to_string(const MoeSpec& s) {
   std::string r = std::string(name(s.form)) + "." + std::string(name(s.scale)) + "." +
                   std::string(dtype_name(s.out)) + ".e" + std::to_string(s.experts) + ".m" + std::to_string(s.rows) +

@@ -34,6 +34,7 @@ namespace fp8route {
 namespace {
 
 using test::download;
+using test::every_moe_kind;
 using test::make_moe_case;
 using test::MoeCase;
 using test::MoeSpec;
@@ -156,43 +157,16 @@ void run_and_check(const MoeSpec& s, std::mt19937_64& rng, const char* backend =
       << test::to_string(s) << " seed " << seed();
 }
 
-std::vector<MoeSpec> every_kind(bool small_integers) {
-  std::vector<MoeSpec> out;
-  for (GroupedForm form : {GroupedForm::contiguous, GroupedForm::masked})
-    for (DType dt : {DType::bf16, DType::f16}) {
-      MoeSpec s;
-      s.form = form, s.out = dt, s.small_integers = small_integers;
-      s.experts = 5, s.rows = 77, s.n = 200, s.k = 640;
-      for (bool per_expert : {false, true}) {
-        s.scale = ScaleKind::tensor, s.sa_per_expert = per_expert;
-        out.push_back(s);
-      }
-      s.scale = ScaleKind::row;
-      out.push_back(s);
-      s.scale = ScaleKind::block;
-      for (ScaleLayout l : {ScaleLayout::row_major, ScaleLayout::col_major, ScaleLayout::col_major_tma})
-        for (bool packed : {false, true}) {
-          s.layout = l, s.packed = packed;
-          out.push_back(s);
-        }
-      if (form == GroupedForm::contiguous) {
-        s.offsets_ends = true;
-        out.push_back(s);
-      }
-    }
-  return out;
-}
-
 TEST(MoeGpu, ExactOnSmallIntegers) {
   SKIP_WITHOUT_SM90();
   std::mt19937_64 rng(seed());
-  for (const MoeSpec& s : every_kind(true)) run_and_check(s, rng);
+  for (const MoeSpec& s : every_moe_kind(true)) run_and_check(s, rng);
 }
 
 TEST(MoeGpu, RandomDataWithinTolerance) {
   SKIP_WITHOUT_SM90();
   std::mt19937_64 rng(seed() + 1);
-  for (const MoeSpec& s : every_kind(false)) run_and_check(s, rng);
+  for (const MoeSpec& s : every_moe_kind(false)) run_and_check(s, rng);
 }
 
 TEST(MoeGpu, Routings) {
@@ -297,7 +271,7 @@ void check_against_dense(const MoeCase& c, const DeviceCase& d) {
 TEST(MoeGpu, EachExpertBitIdenticalToTheDenseReference) {
   SKIP_WITHOUT_SM90();
   std::mt19937_64 rng(seed() + 4);
-  for (const MoeSpec& s : every_kind(false)) {
+  for (const MoeSpec& s : every_moe_kind(false)) {
     const MoeCase c = make_moe_case(s, rng);
     DeviceCase d = to_device(c);
     grouped_scaled_mm(d.args, "simt", nullptr);
@@ -437,7 +411,7 @@ TEST(MoeFast, EveryKindAgainstTheReferenceAndSimt) {
   for (const char* backend : kFastBackends)
     for (bool small : {true, false}) {
       std::mt19937_64 rng(seed() + 10 + small);
-      for (MoeSpec s : every_kind(small)) {
+      for (MoeSpec s : every_moe_kind(small)) {
         s.rows = rows_for(backend, s.rows);
         fast_case(s, rng, backend);
       }

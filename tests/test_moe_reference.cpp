@@ -17,6 +17,7 @@
 namespace fp8route {
 namespace {
 
+using test::every_moe_kind;
 using test::make_moe_case;
 using test::MoeCase;
 using test::MoeSpec;
@@ -66,35 +67,9 @@ testing::AssertionResult same(const std::vector<float>& got, const std::vector<f
   return testing::AssertionSuccess();
 }
 
-std::vector<MoeSpec> every_kind() {
-  std::vector<MoeSpec> out;
-  for (GroupedForm form : {GroupedForm::contiguous, GroupedForm::masked})
-    for (DType dt : {DType::bf16, DType::f16}) {
-      MoeSpec s;
-      s.form = form, s.out = dt, s.small_integers = true;
-      for (bool per_expert : {false, true}) {
-        s.scale = ScaleKind::tensor, s.sa_per_expert = per_expert;
-        out.push_back(s);
-      }
-      s.scale = ScaleKind::row;
-      out.push_back(s);
-      s.scale = ScaleKind::block;
-      for (ScaleLayout l : {ScaleLayout::row_major, ScaleLayout::col_major, ScaleLayout::col_major_tma})
-        for (bool packed : {false, true}) {
-          s.layout = l, s.packed = packed;
-          out.push_back(s);
-        }
-      if (form == GroupedForm::contiguous) {
-        s.offsets_ends = true;
-        out.push_back(s);
-      }
-    }
-  return out;
-}
-
 TEST(MoeReference, ExactOnSmallIntegersEveryFormKindAndLayout) {
   std::mt19937_64 rng(seed());
-  for (MoeSpec s : every_kind()) {
+  for (MoeSpec s : every_moe_kind(true)) {
     // K of five 128-blocks so that packed scales span two words; N with a partial weight block.
     s.experts = 5, s.rows = 13, s.n = 136, s.k = 640;
     const MoeCase c = make_moe_case(s, rng);
