@@ -24,6 +24,7 @@
 
 #include "common/exit_codes.h"
 #include "common/shapes.h"
+#include "common/table_sources.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
 #include "fp8route/route.h"
@@ -40,18 +41,6 @@ using Times = std::map<std::pair<std::string, std::string>, double>;    // (back
 
 // The stamp of routes/h200.json: the H200 the measurements were made on.
 TableStamp h200_stamp() { return {"NVIDIA H200", 132, "13.0", "13.1", FP8ROUTE_VERSION, "2026-11-30"}; }
-
-std::vector<MeasurementRecord> read_records(const std::string& path) {
-  std::ifstream f(path);
-  FP8ROUTE_CHECK_CAT(f.good(), ErrorCategory::io_error, path << ": cannot be read");
-  const nlohmann::json j = nlohmann::json::parse(f);
-  std::vector<MeasurementRecord> out;
-  for (const auto& r : j)
-    out.push_back({parse_scale_kind(r[0].get<std::string>()), parse_dtype(r[1].get<std::string>()),
-                   r[2].get<int64_t>(), r[3].get<int64_t>(), r[4].get<int64_t>(), r[5].get<std::string>(),
-                   r[6].get<std::string>(), r[7].get<double>()});
-  return out;
-}
 
 std::map<Point, Times> points_of(const std::vector<MeasurementRecord>& records) {
   std::map<Point, Times> out;
@@ -83,7 +72,7 @@ int run(int argc, char** argv) {
   }
   if (records_path.empty()) records_path = find_data_file("routes/h200-measurements.json");
   FP8ROUTE_CHECK_CAT(!records_path.empty(), ErrorCategory::io_error, data_file_not_found("routes/h200-measurements.json"));
-  const std::vector<MeasurementRecord> records = read_records(records_path);
+  const std::vector<MeasurementRecord> records = tools::read_records_json(records_path);
   const auto all = std::make_shared<const std::map<Point, Times>>(points_of(records));
   const SupportsFn sup = measured(all);
   const tools::ShapeCatalog catalog = tools::load_catalog(tools::default_catalog_path());

@@ -37,16 +37,8 @@ std::string source_dir() {
 }
 
 const std::vector<MeasurementRecord>& h200_records() {
-  static const std::vector<MeasurementRecord> records = [] {
-    std::ifstream f(source_dir() + "/routes/h200-measurements.json");
-    const nlohmann::json j = nlohmann::json::parse(f);
-    std::vector<MeasurementRecord> out;
-    for (const auto& r : j)
-      out.push_back({parse_scale_kind(r[0].get<std::string>()), parse_dtype(r[1].get<std::string>()),
-                     r[2].get<int64_t>(), r[3].get<int64_t>(), r[4].get<int64_t>(), r[5].get<std::string>(),
-                     r[6].get<std::string>(), r[7].get<double>()});
-    return out;
-  }();
+  static const std::vector<MeasurementRecord> records =
+      tools::read_records_json(source_dir() + "/routes/h200-measurements.json");
   return records;
 }
 

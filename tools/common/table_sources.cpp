@@ -223,4 +223,16 @@ std::string records_json(const std::vector<MeasurementRecord>& records) {
   return s + "\n]\n";
 }
 
+std::vector<MeasurementRecord> read_records_json(const std::string& path) {
+  std::ifstream f(path);
+  FP8ROUTE_CHECK_CAT(f.good(), ErrorCategory::io_error, path << ": cannot be read");
+  const Json j = Json::parse(f);
+  std::vector<MeasurementRecord> out;
+  for (const auto& r : j)
+    out.push_back({parse_scale_kind(r[0].get<std::string>()), parse_dtype(r[1].get<std::string>()),
+                   r[2].get<int64_t>(), r[3].get<int64_t>(), r[4].get<int64_t>(), r[5].get<std::string>(),
+                   r[6].get<std::string>(), r[7].get<double>()});
+  return out;
+}
+
 }  // namespace fp8route::tools

@@ -42,5 +42,8 @@ GatheredRecords gather_records(const TableSources& sources);
 // The records as a JSON list of [scale, out, n, k, m, backend, config, us], one a line, times as
 // their shortest round-trip decimals (routes/h200-measurements.json).
 std::string records_json(const std::vector<MeasurementRecord>& records);
+// The records of such a file (what records_json wrote); Error(io_error) naming `path` when it
+// cannot be read.
+std::vector<MeasurementRecord> read_records_json(const std::string& path);
 
 }  // namespace fp8route::tools
