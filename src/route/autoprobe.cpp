@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -41,6 +42,9 @@ struct State {
   std::map<std::pair<std::string, Key>, Known> known;  // (machine, shape)
   std::vector<AutoProbeRecord> records;
   double spent_s = 0;
+  // Shapes of `known` with M still due: while there are none (almost always), due_near() answers
+  // without asking the device for this machine's stamp.
+  std::atomic<int> partial{0};
   // Held while a probe runs: two probes side by side on one GPU would time each other. Nothing that
   // holds it calls back into automatic probing (the probe runs backends by name, never routed).
   std::mutex probing;
@@ -87,6 +91,7 @@ void settle(State& s, const std::pair<std::string, Key>& id, std::vector<Measure
   if (k.settled && rec.outcome == AutoProbeRecord::Outcome::cached) return;  // another thread settled it first
   if (rec.outcome == AutoProbeRecord::Outcome::probed || rec.outcome == AutoProbeRecord::Outcome::cached)
     k.seconds += rec.seconds;
+  s.partial += int(!due.empty()) - int(!k.due.empty());
   k.settled = true, k.records = std::move(records), k.due = std::move(due), k.how = std::move(how);
   s.records.push_back(std::move(rec));
 }
@@ -314,6 +319,7 @@ Timings timings(const Key& key, std::string_view caller, const TableStamp& machi
 }
 
 bool due_near(const Key& key, int64_t m) {
+  if (state().partial.load() == 0) return false;
   const AutoProbeConfig cfg = autoprobe_config();
   if (!cfg.enabled) return false;
   const std::optional<TableStamp> machine = machine_here();
@@ -371,6 +377,7 @@ void forget() {
   s.known.clear();
   s.records.clear();
   s.spent_s = 0;
+  s.partial = 0;
 }
 
 }  // namespace autoprobe
