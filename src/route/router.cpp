@@ -409,7 +409,7 @@ Route Router::select(const GemmProblem& p) const {
                 : near_m != p.m
                 ? std::string(name(source)) + " entry " + entry_name(*e) + ", m outside the measured range: rank " +
                       std::to_string(i + 1) + " at the nearest measured m=" + std::to_string(near_m) +
-                      " (cuBLASLt heuristic1..3 last: another M, another algorithm)"
+                      " (cuBLASLt ranks other than heuristic last: another M, another algorithm)"
                 : std::string(name(source)) + " entry " + entry_name(*e) +
                       (i == 0 ? ", breakpoint m <= " + std::to_string(bp.max_m)
                               : ", measured rank " + std::to_string(i) + " at m=" + std::to_string(p.m));

@@ -30,8 +30,12 @@
 //   streams, two graphs replayed at once, a graph beside eager calls) never share one. Sized to what
 //   the algorithm needs (the heuristic's workspaceSize, often 0), so a graph holds little.
 // - per problem key (device, M, N, K, lda, ldb, ldo, scale kind and vector flags, out dtype, bias):
-//   a Plan with the matmul descriptor, the layouts and the top kAlgos heuristic algorithms; config
-//   "heuristicN" runs the N-th ranked one, so one Plan serves every config.
+//   a Plan with the matmul descriptor, the layouts and the heuristic's ranked algorithms, asked
+//   twice: with 32 MiB of workspace on offer (configs "heuristicN", the N-th ranked) and with 1 MiB
+//   (configs "ws1m", "ws1m1": its first two that no "heuristicN" already runs). With less workspace
+//   the heuristic often ranks algorithms without split-K first, which can be the faster ones (a
+//   short M with a long K); 1 MiB is what torch offers it, so torch's _scaled_mm choice is among the
+//   candidates. One Plan serves every config.
 // Thread safety: one mutex guards the maps; nothing is ever erased, and a Plan's layouts and
 // algorithms are immutable. The scale and bias pointers change per call (16-byte aligned:
 // with_aligned_scales copies a slice that is not), and setting them on a shared descriptor is not
@@ -43,13 +47,16 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
 #include <compare>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -64,12 +71,14 @@
 namespace fp8route::gemm {
 namespace {
 
-constexpr int kAlgos = 4;  // the configs: the heuristic's top algorithm and the next three
+// The configs: the heuristic's top four algorithms with a large workspace on offer, then its top two
+// with a small one (the Plan comment above).
+constexpr int kLargeAlgos = 4, kSmallAlgos = 2, kAlgos = kLargeAlgos + kSmallAlgos;
 constexpr std::array<const char*, kAlgos> kConfigNames = {"heuristic", "heuristic1", "heuristic2",
-                                                          "heuristic3"};
-// The most workspace an algorithm may ask for (NVIDIA's recommended size on Hopper); each call gets
-// what its algorithm needs.
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+                                                          "heuristic3", "ws1m", "ws1m1"};
+// The most workspace an algorithm may ask for (NVIDIA's recommended size on Hopper, and torch's
+// default); each call gets what its algorithm needs.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20, kSmallWorkspaceBytes = size_t{1} << 20;
 // What GemmProblem::align == 16 guarantees of a, b and y; unset, the heuristic assumes 256 bytes and
 // may pick a kernel that fails on a 16-byte aligned slice.
 constexpr uint32_t kMinAlignBytes = 16;
@@ -145,8 +154,15 @@ struct Key {
 struct Plan {
   DescPtr desc;
   LayoutPtr a, b, d;                        // cuBLAS A = our b, B = our a, D (and C) = y
-  std::vector<cublasLtMatmulAlgo_t> algos;  // ranked best first; fewer than kAlgos, or none, happens
-  std::vector<size_t> workspace;            // bytes each algorithm needs
+  // Per config (kConfigNames), the algorithm and the workspace bytes it needs; nullopt where the
+  // heuristic ranked fewer algorithms than that config's rank (it happens, with none at all too).
+  std::array<std::optional<cublasLtMatmulAlgo_t>, kAlgos> algos;
+  std::array<size_t, kAlgos> workspace{};
+  int offered() const {
+    int n = 0;
+    for (const auto& a : algos) n += a.has_value();
+    return n;
+  }
   std::mutex mu;                            // held from set_pointers through cublasLtMatmul
 };
 
@@ -171,35 +187,44 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmProblem& p, c
   plan->b = layout(CUDA_R_8F_E4M3, p.k, p.m, ops.lda);
   plan->d = layout(out_type(p.out), p.n, p.m, ops.ldo);
 
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
-  const PrefPtr pref(raw_pref);
-  const uint64_t ws = kWorkspaceBytes;
-  FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  for (cublasLtMatmulPreferenceAttributes_t attr :
-       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    FP8ROUTE_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &kMinAlignBytes, sizeof(kMinAlignBytes)));
-
-  std::array<cublasLtMatmulHeuristicResult_t, kAlgos> found{};
-  int count = 0;
-  const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(handle, desc, plan->a.get(), plan->b.get(), plan->d.get(),
-                                     plan->d.get(), raw_pref, kAlgos, found.data(), &count);
-  // NOT_SUPPORTED is an answer (no algorithm for this problem), kept in the Plan; anything else
-  // that is not success is a failure.
-  FP8ROUTE_CHECK_CAT(s == CUBLAS_STATUS_SUCCESS || s == CUBLAS_STATUS_NOT_SUPPORTED,
-                     ErrorCategory::cuda_error,
-                     "cublasLtMatmulAlgoGetHeuristic failed: " << cublasLtGetStatusName(s) << " ("
-                         << cublasLtGetStatusString(s) << ") for " << to_string(p));
-  if (s == CUBLAS_STATUS_SUCCESS)
-    for (int i = 0; i < count; ++i)
-      if (found[i].state == CUBLAS_STATUS_SUCCESS) {
-        plan->algos.push_back(found[i].algo);
-        plan->workspace.push_back(found[i].workspaceSize);
-      }
+  // Ranked algorithms with `ws` bytes of workspace on offer, into configs [first, first + count).
+  const auto rank = [&](uint64_t ws, int first, int count) {
+    cublasLtMatmulPreference_t raw_pref = nullptr;
+    FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+    const PrefPtr pref(raw_pref);
+    FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    for (cublasLtMatmulPreferenceAttributes_t attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      FP8ROUTE_CUBLAS_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &kMinAlignBytes, sizeof(kMinAlignBytes)));
+    // Asked for more than it fills: an algorithm an earlier config holds is skipped.
+    std::array<cublasLtMatmulHeuristicResult_t, 2 * kAlgos> found{};
+    int count_found = 0;
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(handle, desc, plan->a.get(), plan->b.get(), plan->d.get(),
+                                       plan->d.get(), raw_pref, first + count, found.data(), &count_found);
+    // NOT_SUPPORTED is an answer (no algorithm for this problem), kept in the Plan; anything else
+    // that is not success is a failure.
+    FP8ROUTE_CHECK_CAT(s == CUBLAS_STATUS_SUCCESS || s == CUBLAS_STATUS_NOT_SUPPORTED,
+                       ErrorCategory::cuda_error,
+                       "cublasLtMatmulAlgoGetHeuristic failed: " << cublasLtGetStatusName(s) << " ("
+                           << cublasLtGetStatusString(s) << ") for " << to_string(p));
+    if (s != CUBLAS_STATUS_SUCCESS) return;
+    int next = first;
+    for (int i = 0; i < count_found && next < first + count; ++i) {
+      if (found[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      const auto same = [&](const std::optional<cublasLtMatmulAlgo_t>& a) {
+        return a && std::memcmp(&*a, &found[i].algo, sizeof(cublasLtMatmulAlgo_t)) == 0;
+      };
+      if (std::any_of(plan->algos.begin(), plan->algos.begin() + first, same)) continue;
+      plan->algos[next] = found[i].algo;
+      plan->workspace[next++] = found[i].workspaceSize;
+    }
+  };
+  rank(kWorkspaceBytes, 0, kLargeAlgos);
+  rank(kSmallWorkspaceBytes, kLargeAlgos, kSmallAlgos);
   return plan;
 }
 
@@ -321,10 +346,10 @@ class CublasLtBackend final : public GemmBackend {
       return "cuBLASLt backend needs SM 9.0 (Hopper); device 0 is SM " +
              std::to_string(device_info(0).sm_major) + "." + std::to_string(device_info(0).sm_minor);
     // Whether the heuristic has an algorithm (the router must know before it commits).
-    const size_t algos = packed_plan(p)->algos.size();
-    if (config >= static_cast<int>(algos))
-      return "cuBLASLt's heuristic offers " + std::to_string(algos) + " algorithm(s) for this problem" +
-             (algos ? ", not a " + std::to_string(config + 1) + "th" : "");
+    const Plan* plan = packed_plan(p);
+    if (!plan->algos[config])
+      return "cuBLASLt's heuristic offers " + std::to_string(plan->offered()) +
+             " algorithm(s) for this problem, none ranked as " + kConfigNames[config];
     return "";
   }
 
@@ -334,7 +359,7 @@ class CublasLtBackend final : public GemmBackend {
   // SM 9.0 GPU or when the rank has no algorithm.
   std::string describe(const GemmProblem& p, int config) const override {
     if (!supports(p, config).empty() || cuda_device_count() == 0) return "";
-    const cublasLtMatmulAlgo_t& algo = packed_plan(p)->algos[config];
+    const cublasLtMatmulAlgo_t& algo = *packed_plan(p)->algos[config];
     std::string s;
     for (const auto& [attr, label] :
          {std::pair{CUBLASLT_ALGO_CONFIG_ID, "algo"}, {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
@@ -359,9 +384,10 @@ class CublasLtBackend final : public GemmBackend {
       handle = handle_locked(st, device);
       plan = plan_locked(st, device, handle, p, ops);
     }
-    FP8ROUTE_CHECK_CAT(config < static_cast<int>(plan->algos.size()), ErrorCategory::unsupported,
+    FP8ROUTE_CHECK_CAT(plan->algos[config].has_value(), ErrorCategory::unsupported,
                        "cublaslt/" << kConfigNames[config] << ": cuBLASLt's heuristic offers "
-                                   << plan->algos.size() << " algorithm(s) for " << to_string(p)
+                                   << plan->offered() << " algorithm(s) for " << to_string(p)
+                                   << ", none ranked as " << kConfigNames[config]
                                    << " (lda=" << ops.lda << " ldb=" << ops.ldb << " ldo=" << ops.ldo << ")");
     const size_t ws_bytes = plan->workspace[config];
     void* ws = ws_bytes == 0 ? nullptr : st.workspaces.get(device, ws_bytes, stream, who);
@@ -370,7 +396,7 @@ class CublasLtBackend final : public GemmBackend {
     set_pointers(plan->desc.get(), p, ops);
     const cublasStatus_t s =
         cublasLtMatmul(handle, plan->desc.get(), &one, ops.b, plan->a.get(), ops.a, plan->b.get(),
-                       &zero, ops.out, plan->d.get(), ops.out, plan->d.get(), &plan->algos[config], ws,
+                       &zero, ops.out, plan->d.get(), ops.out, plan->d.get(), &*plan->algos[config], ws,
                        ws_bytes, stream);
     FP8ROUTE_CHECK_CAT(s == CUBLAS_STATUS_SUCCESS, ErrorCategory::cuda_error,
                        "cublasLtMatmul failed: " << cublasLtGetStatusName(s) << " ("
