@@ -560,18 +560,30 @@ TEST(MoeFast, Deterministic) {
   }
 }
 
-// The default backend follows the documented order: decode for groups of <= 64 rows, else wgmma.
+// The default backend follows the documented rule: decode while groups are short (masked
+// M_max <= 8; contiguous M_total <= 16, <= 8 with block scales), else wgmma; simt for what neither
+// runs.
 TEST(MoeFast, DefaultBackendRule) {
   SKIP_WITHOUT_SM90();
   GroupedProblem p;
   p.form = GroupedForm::masked, p.experts = 32, p.rows = 64, p.n = 4096, p.k = 7168, p.scale = ScaleKind::block;
   EXPECT_EQ(grouped_supports("decode", p), "");
+  EXPECT_EQ(grouped_default_backend(p), "wgmma");
+  p.rows = 8;
+  EXPECT_EQ(grouped_default_backend(p), "decode");
   p.rows = 65;
   EXPECT_NE(grouped_supports("decode", p), "");
   EXPECT_EQ(grouped_supports("wgmma", p), "");
-  p.align = 8;
+  p.form = GroupedForm::contiguous, p.scale = ScaleKind::row, p.rows = 16;
+  EXPECT_EQ(grouped_default_backend(p), "decode");
+  p.scale = ScaleKind::block;
+  EXPECT_EQ(grouped_default_backend(p), "wgmma");
+  p.rows = 8;
+  EXPECT_EQ(grouped_default_backend(p), "decode");
+  p.rows = 65, p.align = 8;
   EXPECT_NE(grouped_supports("wgmma", p), "");
   EXPECT_EQ(grouped_supports("simt", p), "");
+  EXPECT_EQ(grouped_default_backend(p), "simt");
 }
 
 }  // namespace

@@ -42,8 +42,12 @@ const GroupedBackend& decode_backend();  // moe/decode: groups of <= 64 rows, mm
 const GroupedBackend& wgmma_backend();   // moe/wgmma: persistent 128-row wgmma tiles, any groups
 const std::vector<const GroupedBackend*>& all_grouped_backends();
 const GroupedBackend& find_grouped_backend(std::string_view name);
-// The default backend for p: the first of decode, wgmma, simt that supports it (docs/moe.md,
-// Backends).
+// The default backend for p (docs/moe.md, Backends): decode while its groups are at most these many
+// rows (masked: M_max; contiguous: M_total, which bounds every group), else wgmma, else whichever
+// of decode and simt runs it. The bounds are where decode stopped being the faster on the catalog's
+// expert shapes on an H200.
+inline constexpr int64_t kDecodeMaskedRows = 8, kDecodeContiguousRows = 16, kDecodeContiguousBlockRows = 8;
+bool decode_is_faster(const GroupedProblem& p);
 const GroupedBackend& default_grouped_backend(const GroupedProblem& p);
 
 }  // namespace fp8route::moe

@@ -263,6 +263,10 @@ std::string grouped_supports(std::string_view backend, const GroupedProblem& p) 
   return moe::find_grouped_backend(backend).supports(p);
 }
 
+std::string grouped_default_backend(const GroupedProblem& p) {
+  return std::string(moe::default_grouped_backend(p).name());
+}
+
 namespace moe {
 
 const std::vector<const GroupedBackend*>& all_grouped_backends() {
@@ -270,13 +274,20 @@ const std::vector<const GroupedBackend*>& all_grouped_backends() {
   return list;
 }
 
-// A fixed order until grouped calls are routed by measurement: decode reads only the active
-// experts' weights with the fewest idle tensor-core columns where every group fits its 64-row token
-// tiles; wgmma's 128-row tiles serve any group sizes; simt runs what neither supports (unaligned
-// operands, other architectures).
+// A rule from measurement until grouped calls are routed by a table (docs/moe.md, Backends): decode
+// reads only the active experts' weights with the fewest idle tensor-core columns, and wins while its
+// groups are short; past a few rows per group its time grows with the rows (one 8-row token tile
+// after another) while wgmma's 128-row tiles cost the same up to 128, so wgmma takes over. simt runs
+// what neither supports (unaligned operands, other architectures).
+bool decode_is_faster(const GroupedProblem& p) {
+  if (p.form == GroupedForm::masked) return p.rows <= kDecodeMaskedRows;
+  return p.rows <= (p.scale == ScaleKind::block ? kDecodeContiguousBlockRows : kDecodeContiguousRows);
+}
+
 const GroupedBackend& default_grouped_backend(const GroupedProblem& p) {
-  for (const GroupedBackend* b : {&decode_backend(), &wgmma_backend()})
-    if (b->supports(p).empty()) return *b;
+  if (decode_is_faster(p) && decode_backend().supports(p).empty()) return decode_backend();
+  if (wgmma_backend().supports(p).empty()) return wgmma_backend();
+  if (decode_backend().supports(p).empty()) return decode_backend();
   return simt_backend();
 }
 
