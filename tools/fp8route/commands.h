@@ -38,6 +38,11 @@ struct ShapeOptions {
   int instances = 1;          // graphs captured per candidate (MeasureOptions::instances)
 };
 
+// Graph instances of the finer timings: bench's re-check of a problem routed > 3% behind and tune's
+// final round. One number, so that a config whose graph instances run at different speeds (stream-K,
+// some cuBLASLt kernels) is judged alike by the tune that builds a table and the bench that checks it.
+inline constexpr int kFineInstances = 16;
+
 struct TuneOptions {
   ShapeOptions shapes;
   std::string table_path = "fp8route-table.json";  // the routing table written
@@ -45,7 +50,7 @@ struct TuneOptions {
   std::string backends = tools::timed_backends();
   int screen_pct = 25;      // > 0: a quick first round drops configs more than this % behind (timing::screen_gemms)
   int final_pct = 5;        // > 0: the configs within this % of the best are timed again (timing::final_round) ...
-  int final_instances = 4;  // ... with this many graph instances (when more than --instances)
+  int final_instances = kFineInstances;  // ... with this many graph instances (when more than --instances)
   bool fresh = false;       // ignore (and overwrite) an existing raw file instead of resuming from it
   bool build_only = false;  // measure nothing: build the table from the raw file (no GPU needed)
 };
@@ -60,7 +65,7 @@ struct BenchOptions {
   int screen_pct = 25;     // > 0: a quick first round drops configs more than this % behind (timing::screen_gemms)
   std::string probe = "off";  // off, unseen or always: probe_shape (route.h) every shape first, route by it
   int probe_top = 5;          // ProbeOptions::top
-  int recheck_instances = 16; // > 0: a problem where routed is > 3% behind the best single backend is timed
+  int recheck_instances = kFineInstances; // > 0: a problem where routed is > 3% behind the best single backend is timed
                               // again (routed and the choices not slower than it) with this many graph instances
   bool main_job = false;   // the tool's main job: explain the plan instead when there is no GPU
 };
