@@ -10,7 +10,11 @@ captured in a CUDA graph over rotation sets of inputs spanning >= 3x L2, and the
 are replayed interleaved (shuffled order per round, an untimed L2 flush before each replay), median
 of 20 replays.
 
-  python3 bench/python_bench.py [--model llama-3.1-8b] [--tp 1] [--m 1,16,128,1024,4096] [--json FILE]
+  python3 bench/python_bench.py [--model llama-3.1-8b|LIST|all] [--tp 1] [--m 1,16,128,1024,4096]
+                                [--ops all|tensor] [--json FILE]
+
+--ops tensor times only scaled_mm with per-tensor scales against torch._scaled_mm (both cuBLASLt
+where fp8route routes there), quick enough for every catalog model at the catalog's M grid.
 
 --block instead times block scales (1x128 activation groups, 128x128 weight blocks): fp8route.scaled_mm
 against torch._scaled_mm's blockwise form (scale_a [M, K/128] outer-dim-major, scale_b [K/128, N/128];
@@ -401,7 +405,10 @@ def block_scales(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--model", default="llama-3.1-8b", help="catalog models, comma-separated, or all")
+    ap.add_argument("--ops", choices=("all", "tensor"), default="all",
+                    help="tensor: only scaled_mm with per-tensor scales against torch._scaled_mm (a quick pass "
+                    "over many shapes)")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--m", default="1,16,128,1024,4096")
     ap.add_argument("--json")
@@ -422,7 +429,10 @@ def main():
     # graphs are), so raise the recompile limit above the number of problems.
     torch._dynamo.config.cache_size_limit = 256
     compiled_linear = torch.compile(torch_fp8_linear, dynamic=False)
-    for label, n, k in layers(args.model, args.tp):
+    cat = json.load(open(os.path.join(ROOT, "shapes", "models.json")))
+    models = list(cat["models"]) if args.model == "all" else args.model.split(",")
+    shapes = [s for model in models for s in layers(model, args.tp)]
+    for label, n, k in shapes:
         for m in map(int, args.m.split(",")):
             sets = rotation_sets(m * k + n * k + 2 * m * n)
             a = [(torch.randn(m, k, device=DEV) * 4).to(torch.float8_e4m3fn) for _ in range(sets)]
@@ -438,16 +448,20 @@ def main():
                 "torch row": lambda i: torch._scaled_mm(a[i], b[i].t(), scale_a=sa, scale_b=sb,
                                                         out_dtype=torch.bfloat16),
             }
-            w_scale = torch.rand(n, device=DEV) + 0.5
-            layers_fp8 = [fp8route.Fp8Linear(b[i], w_scale, act="row") for i in range(sets)]
-            ops["fp8route Fp8Linear"] = lambda i: layers_fp8[i](x[i])
-            ops["torch linear"] = lambda i: torch_fp8_linear(x[i], b[i], w_scale)
-            ops["torch.compile linear"] = lambda i: compiled_linear(x[i], b[i], w_scale)
+            layers_fp8 = []
+            pairs = [("scaled_mm tensor", "fp8route tensor", "torch tensor", None)]
+            if args.ops == "all":
+                w_scale = torch.rand(n, device=DEV) + 0.5
+                layers_fp8 = [fp8route.Fp8Linear(b[i], w_scale, act="row") for i in range(sets)]
+                ops["fp8route Fp8Linear"] = lambda i: layers_fp8[i](x[i])
+                ops["torch linear"] = lambda i: torch_fp8_linear(x[i], b[i], w_scale)
+                ops["torch.compile linear"] = lambda i: compiled_linear(x[i], b[i], w_scale)
+                pairs += [("scaled_mm row", "fp8route row", "torch row", None),
+                          ("Fp8Linear (row)", "fp8route Fp8Linear", "torch linear", "torch.compile linear")]
+            else:
+                ops = {name: ops[name] for name in ("fp8route tensor", "torch tensor")}
             t = time_interleaved(ops, sets)
-            for op, ours, theirs, comp in (("scaled_mm tensor", t["fp8route tensor"], t["torch tensor"], None),
-                                           ("scaled_mm row", t["fp8route row"], t["torch row"], None),
-                                           ("Fp8Linear (row)", t["fp8route Fp8Linear"], t["torch linear"],
-                                            t["torch.compile linear"])):
+            for op, ours, theirs, comp in ((op, t[o], t[th], t[c] if c else None) for op, o, th, c in pairs):
                 best = min(theirs, comp) if comp else theirs
                 print(f"{label:32} {m:5d} {op:28} {ours:12.2f} {theirs:10.2f} "
                       f"{(f'{comp:.2f}' if comp else '-'):>17} {best / ours:8.2f}x")
