@@ -13,7 +13,8 @@ figure the decode roofline uses), and TFLOP/s. The simt backend (a correctness r
 routed) runs only with --backends naming it.
 
   python3 bench/moe_bench.py [--layers deepseek_v3.gate_up,...] [--m 1,2,4,8,16,32,64] [--active 8,all]
-                             [--prefill 128,512,2048] [--backends default,decode,wgmma,simt] [--json FILE]
+                             [--prefill 128,512,2048] [--backends default,decode,wgmma,simt] [--m-max N]
+                             [--json FILE]
 """
 import argparse
 import json
@@ -92,11 +93,11 @@ def torch_grouped(s, form):
     return lambda: torch._scaled_grouped_mm(s["a"], bt, s["sa"], s["sb"], out_dtype=torch.bfloat16)
 
 
-def run_point(layer, form, scale, m, active, gen, copy_gbs):
+def run_point(layer, form, scale, m, active, gen, copy_gbs, m_max=None):
     e, n, k = LAYERS[layer]
     active = min(active, e)
     counts = counts_for(e, active, m, gen)
-    m_max = m if form == "masked" else None
+    m_max = max(m, m_max or 0) if form == "masked" else None
     weight = e * n * k
     # Rotation: enough sets that the active weights of one replay exceed 3x L2, within ~6 GB.
     active_bytes = active * n * k
@@ -133,6 +134,10 @@ def main():
     ap.add_argument("--scales", default="row,block")
     ap.add_argument("--backends", default="default,decode,wgmma",
                     help="fp8route grouped backends ('default' = the layer's rule; simt is the slow reference)")
+    ap.add_argument("--m-max", type=int, default=0,
+                    help="masked form: M_max (the bound a caller allocates, e.g. the batch size) when larger "
+                    "than m; default m (every active expert full, the worst case of a kernel whose time "
+                    "follows the rows an expert holds)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     BACKENDS[:] = ["" if b == "default" else b for b in args.backends.split(",") if b]
@@ -147,8 +152,9 @@ def main():
                 for act in args.active.split(","):
                     a = e if act == "all" else int(act)
                     for m in (int(x) for x in args.m.split(",")):
-                        print(f"{layer} {form} {scale} active={min(a, e)}/{e} m={m}")
-                        records += run_point(layer, form, scale, m, a, gen, copy_gbs)
+                        mm = max(m, args.m_max) if form == "masked" else None
+                        print(f"{layer} {form} {scale} active={min(a, e)}/{e} m={m}" + (f" M_max={mm}" if mm != m and mm else ""))
+                        records += run_point(layer, form, scale, m, a, gen, copy_gbs, mm)
             for m in (int(x) for x in args.prefill.split(",") if x):
                 print(f"{layer} contiguous {scale} prefill active={e}/{e} m={m}")
                 records += run_point(layer, "contiguous", scale, m, e, gen, copy_gbs)

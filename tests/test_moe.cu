@@ -560,20 +560,19 @@ TEST(MoeFast, Deterministic) {
   }
 }
 
-// The default backend follows the documented rule: decode while groups are short (masked
-// M_max <= 8; contiguous M_total <= 16, <= 8 with block scales), else wgmma; simt for what neither
+// The default backend follows the documented rule: masked, decode wherever it runs (M_max <= 64);
+// contiguous, decode while M_total <= 16 (<= 8 with block scales); else wgmma; simt for what neither
 // runs.
 TEST(MoeFast, DefaultBackendRule) {
   SKIP_WITHOUT_SM90();
   GroupedProblem p;
   p.form = GroupedForm::masked, p.experts = 32, p.rows = 64, p.n = 4096, p.k = 7168, p.scale = ScaleKind::block;
   EXPECT_EQ(grouped_supports("decode", p), "");
-  EXPECT_EQ(grouped_default_backend(p), "wgmma");
-  p.rows = 8;
   EXPECT_EQ(grouped_default_backend(p), "decode");
   p.rows = 65;
   EXPECT_NE(grouped_supports("decode", p), "");
   EXPECT_EQ(grouped_supports("wgmma", p), "");
+  EXPECT_EQ(grouped_default_backend(p), "wgmma");
   p.form = GroupedForm::contiguous, p.scale = ScaleKind::row, p.rows = 16;
   EXPECT_EQ(grouped_default_backend(p), "decode");
   p.scale = ScaleKind::block;

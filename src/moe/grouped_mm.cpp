@@ -274,13 +274,15 @@ const std::vector<const GroupedBackend*>& all_grouped_backends() {
   return list;
 }
 
-// A rule from measurement until grouped calls are routed by a table (docs/moe.md, Backends): decode
-// reads only the active experts' weights with the fewest idle tensor-core columns, and wins while its
-// groups are short; past a few rows per group its time grows with the rows (one 8-row token tile
-// after another) while wgmma's 128-row tiles cost the same up to 128, so wgmma takes over. simt runs
-// what neither supports (unaligned operands, other architectures).
+// A rule from measurement until grouped calls are routed by a table (docs/moe.md, Backends). decode
+// reads only the active experts' weights and loads only the 8-row token tiles that hold rows, so in
+// the masked form its time follows the rows each expert actually holds (M_max only bounds them) and
+// it wins at the few rows per expert of a decode step; wgmma's 128-row tiles cost the same up to 128
+// rows. In the contiguous form decode plans its K split for up to M_total active experts, so its
+// time grows with M_total and wgmma takes over past a few rows. simt runs what neither supports
+// (unaligned operands, other architectures).
 bool decode_is_faster(const GroupedProblem& p) {
-  if (p.form == GroupedForm::masked) return p.rows <= kDecodeMaskedRows;
+  if (p.form == GroupedForm::masked) return true;
   return p.rows <= (p.scale == ScaleKind::block ? kDecodeContiguousBlockRows : kDecodeContiguousRows);
 }
 
