@@ -30,7 +30,7 @@ from .experts import experts_from_state, random_expert_linears, random_experts
 from .llama import LlamaModel
 from .moe_config import MoeConfig, expert_map
 from .moe_ffn import MoeFfn, moe_kind
-from .sharding import _dist_rank_world, attention_half, embed_head_norm, state_loaders, tp_shard
+from .sharding import _dist_rank_world, attention_half, dense_mlp, embed_head_norm, state_loaders, tp_shard
 from .weights import LinearWeight
 
 
@@ -72,12 +72,7 @@ class MoeRankWeights:
             if i in moe.sparse_layers:
                 layer.update(moe_block_from_state(moe, state, i, expert_kind, dtype, rank, world, device, kind))
             else:
-                g, u, dn = moe.dense_names(i)
-                layer["gate_up"] = LinearWeight.cat_rows([lin(g).rows(sh.i0, sh.i0 + sh.ni),
-                                                          lin(u).rows(sh.i0, sh.i0 + sh.ni)])
-                layer["down"] = lin(dn).cols(sh.i0, sh.i0 + sh.ni)
-                if rank:
-                    layer["down"].bias = None
+                layer.update(dense_mlp(sh, rank, lin, *moe.dense_names(i)))
             layers.append(layer)
         return cls(moe, rank, world, layers, *embed_head_norm(cfg, sh, vec))
 

@@ -81,6 +81,18 @@ def embed_head_norm(cfg, sh, vec):
     return embed, _vocab_rows(lm, sh), vec("model.norm.weight")
 
 
+def dense_mlp(sh, rank, lin, gate, up, down):
+    """A dense MLP's weights for rank `rank` of a TP shard `sh`, from the HF names gate, up, down:
+    gate_up fused (this rank's intermediate rows of each), down (its columns; the bias on rank 0
+    only, since a row-parallel layer's bias is added once after the sum over ranks)."""
+    g = lin(gate).rows(sh.i0, sh.i0 + sh.ni)
+    u = lin(up).rows(sh.i0, sh.i0 + sh.ni)
+    d = lin(down).cols(sh.i0, sh.i0 + sh.ni)
+    if rank:
+        d.bias = None
+    return {"gate_up": LinearWeight.cat_rows([g, u]), "down": d}
+
+
 def attention_half(cfg, sh, rank, p, lin, vec):
     """One decoder layer's attention half for rank `rank` of a TP shard `sh`, from the HF names under
     prefix `p`: qkv fused (rows of this rank's heads), o (its columns; the bias on rank 0 only, since
@@ -132,12 +144,7 @@ class RankWeights:
         for i in range(cfg.num_hidden_layers):
             p = f"model.layers.{i}."
             layer = attention_half(cfg, sh, rank, p, lin, vec)
-            gate = lin(p + "mlp.gate_proj").rows(sh.i0, sh.i0 + sh.ni)
-            up = lin(p + "mlp.up_proj").rows(sh.i0, sh.i0 + sh.ni)
-            down = lin(p + "mlp.down_proj").cols(sh.i0, sh.i0 + sh.ni)
-            if rank:  # a row-parallel layer's bias is added once, after the sum over ranks
-                down.bias = None
-            layer.update(gate_up=LinearWeight.cat_rows([gate, up]), down=down)
+            layer.update(dense_mlp(sh, rank, lin, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj"))
             layers.append(layer)
         return cls(cfg, rank, world, layers, *embed_head_norm(cfg, sh, vec))
 
