@@ -9,7 +9,7 @@ quantize_weight(w, scaling, method="torch") -> (codes float8_e4m3fn [N, K], scal
   every scale floored at 1e-12 (an all-zero row or block gets codes 0, not NaN), codes = w / scale
   clamped to +-448. Computed in float32 with torch on w's device; any float dtype in.
   method "kernel" (scaling "channel" only): fp8route.per_token_quant on the GPU instead, the
-  library's own per-row quantization (NUMERICS.md: amax floored at 1e-10, codes = w * (448 / amax)),
+  library's own per-row quantization (docs/numerics.md: amax floored at 1e-10, codes = w * (448 / amax)),
   so its codes can differ from "torch" in the last bit. Fp8Linear.from_float uses it for per-channel
   weights; the models package uses "torch".
 """
