@@ -93,11 +93,11 @@ def torch_grouped(s, form):
     return lambda: torch._scaled_grouped_mm(s["a"], bt, s["sa"], s["sb"], out_dtype=torch.bfloat16)
 
 
-def run_point(layer, form, scale, m, active, gen, copy_gbs, m_max=None):
+def run_point(layer, form, scale, m, active, gen, copy_gbs, m_max=None):  # masked: M_max, default m
     e, n, k = LAYERS[layer]
     active = min(active, e)
     counts = counts_for(e, active, m, gen)
-    m_max = max(m, m_max or 0) if form == "masked" else None
+    m_max = (m_max or m) if form == "masked" else None
     weight = e * n * k
     # Rotation: enough sets that the active weights of one replay exceed 3x L2, within ~6 GB.
     active_bytes = active * n * k

@@ -117,9 +117,13 @@ def torch_fp8_linear(x, w, w_scale):
     return torch._scaled_mm(q, w.t(), scale_a=s, scale_b=w_scale.view(1, -1), out_dtype=torch.bfloat16)
 
 
-def layers(model, tp):
-    cat = json.load(open(os.path.join(ROOT, "shapes", "models.json")))
-    for l in cat["models"][model]:
+def catalog_models():
+    with open(os.path.join(ROOT, "shapes", "models.json")) as f:
+        return json.load(f)["models"]
+
+
+def layers(model, tp, models=None):
+    for l in (models or catalog_models())[model]:
         n, k = l["n"], l["k"]
         if l["parallel"] == "column":
             n //= tp
@@ -429,9 +433,9 @@ def main():
     # graphs are), so raise the recompile limit above the number of problems.
     torch._dynamo.config.cache_size_limit = 256
     compiled_linear = torch.compile(torch_fp8_linear, dynamic=False)
-    cat = json.load(open(os.path.join(ROOT, "shapes", "models.json")))
-    models = list(cat["models"]) if args.model == "all" else args.model.split(",")
-    shapes = [s for model in models for s in layers(model, args.tp)]
+    catalog = catalog_models()
+    models = list(catalog) if args.model == "all" else args.model.split(",")
+    shapes = [s for model in models for s in layers(model, args.tp, catalog)]
     for label, n, k in shapes:
         for m in map(int, args.m.split(",")):
             sets = rotation_sets(m * k + n * k + 2 * m * n)

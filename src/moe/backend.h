@@ -42,13 +42,7 @@ const GroupedBackend& decode_backend();  // moe/decode: groups of <= 64 rows, mm
 const GroupedBackend& wgmma_backend();   // moe/wgmma: persistent 128-row wgmma tiles, any groups
 const std::vector<const GroupedBackend*>& all_grouped_backends();
 const GroupedBackend& find_grouped_backend(std::string_view name);
-// The default backend for p (docs/moe.md, Backends): masked, decode wherever it runs (its time
-// follows the rows each expert holds, of which M_max is only a bound); contiguous, decode while
-// M_total is at most these many rows (its plan assumes up to M_total active experts), else wgmma;
-// else whichever of decode and simt runs p. The bounds are where contiguous decode stopped being the
-// faster on the catalog's expert shapes on an H200.
-inline constexpr int64_t kDecodeContiguousRows = 16, kDecodeContiguousBlockRows = 8;
-bool decode_is_faster(const GroupedProblem& p);
+// The default backend for p (docs/moe.md, Backends; the rule in grouped_mm.cpp).
 const GroupedBackend& default_grouped_backend(const GroupedProblem& p);
 
 }  // namespace fp8route::moe

@@ -280,8 +280,11 @@ const std::vector<const GroupedBackend*>& all_grouped_backends() {
 // it wins at the few rows per expert of a decode step; wgmma's 128-row tiles cost the same up to 128
 // rows. In the contiguous form decode plans its K split for up to M_total active experts, so its
 // time grows with M_total and wgmma takes over past a few rows. simt runs what neither supports
-// (unaligned operands, other architectures).
-bool decode_is_faster(const GroupedProblem& p) {
+// (unaligned operands, other architectures). The contiguous bounds are where decode stopped being
+// the faster on the catalog's expert shapes on an H200.
+constexpr int64_t kDecodeContiguousRows = 16, kDecodeContiguousBlockRows = 8;
+
+static bool decode_is_faster(const GroupedProblem& p) {
   if (p.form == GroupedForm::masked) return true;
   return p.rows <= (p.scale == ScaleKind::block ? kDecodeContiguousBlockRows : kDecodeContiguousRows);
 }

@@ -76,8 +76,8 @@ namespace {
 constexpr int kLargeAlgos = 4, kSmallAlgos = 2, kAlgos = kLargeAlgos + kSmallAlgos;
 constexpr std::array<const char*, kAlgos> kConfigNames = {"heuristic", "heuristic1", "heuristic2",
                                                           "heuristic3", "ws1m", "ws1m1"};
-// The most workspace an algorithm may ask for (NVIDIA's recommended size on Hopper, and torch's
-// default); each call gets what its algorithm needs.
+// The most workspace an algorithm may ask for: NVIDIA's recommended size on Hopper for the
+// "heuristicN" configs, what torch offers for "ws1mN". Each call gets what its algorithm needs.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20, kSmallWorkspaceBytes = size_t{1} << 20;
 // What GemmProblem::align == 16 guarantees of a, b and y; unset, the heuristic assumes 256 bytes and
 // may pick a kernel that fails on a 16-byte aligned slice.
