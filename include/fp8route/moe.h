@@ -109,4 +109,46 @@ std::string grouped_supports(std::string_view backend, const GroupedProblem& p);
 // default rule); "simt" where no tensor-core backend runs p, and without a GPU.
 std::string grouped_default_backend(const GroupedProblem& p);
 
+// ---- Decode glue (docs/moe.md, "The decode glue kernels") ------------------------------------------
+// The small steps around the masked grouped GEMMs of a decode step, one kernel each. The same
+// argument rules as above: every argument is checked before anything is enqueued (a bad one throws
+// Error(invalid_argument) naming it, nothing is written), tensors are contiguous device tensors on
+// one device, outputs share no byte with an input, T = 0 enqueues nothing, nothing synchronizes,
+// and the device values (ids, src2dst) are never read by the host: any value is safe (out-of-range
+// ids and rows are dropped, never used out of bounds).
+
+// Bounds of the glue kernels: moe_softmax_topk holds one token's E probabilities in shared memory
+// (one warp per token) and picks at most kMoeMaxTopK; moe_masked_dispatch runs in one thread block
+// over all T * top_k entries (decode batches; prefill's contiguous dispatch is not a glue kernel).
+inline constexpr int64_t kMoeMaxExperts = 1024;
+inline constexpr int64_t kMoeMaxTopK = 16;
+inline constexpr int64_t kMoeDispatchMaxEntries = 4096;
+
+// Softmax routing (Qwen3-MoE, Mixtral): p = softmax(logits[t]) in fp32, the top_k largest p with
+// their expert ids, weights renormalized to sum to 1 when `renormalize`. logits [T, E] bf16/f16/f32
+// (1 <= E <= kMoeMaxExperts), weights f32 [T, top_k], ids int32 [T, top_k] (1 <= top_k <=
+// min(E, kMoeMaxTopK)), in decreasing p; equal p: the lower expert index first. NaN logits give
+// unspecified ids (always in [0, E)).
+void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorView& weights, const TensorView& ids,
+                      cudaStream_t stream);
+
+// Masked dispatch: entry (t, j) of ids int32 [T, top_k] (T * top_k <= kMoeDispatchMaxEntries) goes to
+// row e * m_max + pos of the [E * m_max] masked rows, e = ids[t, j] (mapped first through expert_map
+// int32 [E_global] when given: global id -> local id or -1), pos = the number of earlier entries in
+// row-major (t, j) order with the same e. src2dst int32 [T, top_k] gets that row, or -1 when
+// pos >= m_max or e is outside [0, E) (-1 included; ids outside [0, E_global) with a map too).
+// masked_m int32 [E] (E = its length) = each expert's entries, at most m_max; every element is
+// written, except with T = 0, which enqueues nothing (give zeros). m_max >= 1, E * m_max < 2^31. The result does not depend on thread timing. An absent
+// expert_map is the default TensorView.
+void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, int64_t m_max,
+                         const TensorView& src2dst, const TensorView& masked_m, cudaStream_t stream);
+
+// Weighted combine: out[t] = sum over j of weights[t, j] * down_rows[src2dst[t, j]], accumulated in
+// fp32 in j order from +0 (each product and sum rounded once, no FMA), then rounded once to out's
+// dtype. down_rows [R, H] bf16 or f16 (rows 16-byte aligned: H % 8 == 0), src2dst int32 [T, top_k],
+// weights f32 [T, top_k], out [T, H] f32 or down_rows' dtype. An entry whose row is outside [0, R)
+// (-1: dropped) contributes nothing and its row is never read.
+void moe_combine(const TensorView& down_rows, const TensorView& src2dst, const TensorView& weights,
+                 const TensorView& out, cudaStream_t stream);
+
 }  // namespace fp8route

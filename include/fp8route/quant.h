@@ -74,6 +74,16 @@ void scatter_per_token_group_quant(const TensorView& x, const TensorView& src2ds
 void per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
                      ScaleRounding rounding, cudaStream_t stream);
 
+// MoE scatter form of per_token_quant: each token of x [T, H] quantized once (the codes and scale
+// per_token_quant gives it) and written to every destination row src2dst[t, j] (int32 [T, topk]; -1
+// or any value outside [0, rows) = skip) of q [rows, H] (e4m3 or i8) and s f32 [rows]. Rows no entry
+// maps to are not written (they keep what they held). A row several entries name gets the codes and
+// scale of one token, never a mix: the entry with the largest t * topk + j wins; up to T * topk = 4096
+// entries each block finds that by itself (one launch), above it a reset and a pass over src2dst
+// build a table first (scratch of `rows` int32, per stream, or per graph under capture).
+void scatter_per_token_quant(const TensorView& x, const TensorView& src2dst, const TensorView& q,
+                             const TensorView& s, ScaleRounding rounding, cudaStream_t stream);
+
 // x [T, 2H]: act = silu(x[:, :H]) * x[:, H:] in fp32 (as the fused group form), then per-token quant
 // of act into q [T, H], s f32 [T]; any H >= 1. Tolerance, not bit-exactness, against the CPU
 // reference (device exp; docs/numerics.md).

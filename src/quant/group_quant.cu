@@ -203,17 +203,19 @@ void zero_scale_padding(const QuantLayout& L, const TensorView& s, cudaStream_t 
                                         static_cast<size_t>(L.scale_cols), stream));
 }
 
+}  // namespace
+
 // Which entry writes each scatter destination row: owner[d] = the largest t * topk + j with
 // src2dst[t, j] = d, so that a row several entries name gets one token's codes and scales, never a
 // mix of two (the kernels of different tokens would otherwise race on it). Scratch of the stream,
 // or of the graph being captured (core/workspace.h), reset and filled on `stream` before the quant
 // kernel reads it.
-const int32_t* scatter_owners(const TensorView& src2dst, int64_t rows, cudaStream_t stream) {
+const int32_t* quant_launch::scatter_owners(const TensorView& src2dst, int64_t rows, cudaStream_t stream,
+                                            const char* what) {
   int dev = 0;
   FP8ROUTE_CUDA_CHECK(cudaGetDevice(&dev));
   static Workspaces owners{"scatter row-owner buffer"};
-  auto* owner = static_cast<int32_t*>(
-      owners.get(dev, static_cast<size_t>(rows) * 4, stream, "scatter_per_token_group_quant"));
+  auto* owner = static_cast<int32_t*>(owners.get(dev, static_cast<size_t>(rows) * 4, stream, what));
   FP8ROUTE_CUDA_CHECK(cudaMemsetAsync(owner, 0xFF, static_cast<size_t>(rows) * 4, stream));  // -1: no entry yet
   const int64_t entries = src2dst.numel();
   const int64_t blocks = std::min<int64_t>((entries + kernels::kOwnerThreads - 1) / kernels::kOwnerThreads,
@@ -223,6 +225,8 @@ const int32_t* scatter_owners(const TensorView& src2dst, int64_t rows, cudaStrea
   FP8ROUTE_CHECK_LAUNCH();
   return owner;
 }
+
+namespace {
 
 // The one entry of the group family: checks everything, then launches.
 void group_quant(const TensorView& x, const TensorView* masked_m, const TensorView* src2dst,
@@ -336,7 +340,7 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   }
   if (rows == 0) return;
   check_sm90();
-  if (form == Form::scatter) p.owner = scatter_owners(*src2dst, layout_tokens, stream);
+  if (form == Form::scatter) p.owner = quant_launch::scatter_owners(*src2dst, layout_tokens, stream, "scatter_per_token_group_quant");
   dispatch_float(x.dtype, [&]<class InT>() {
     if (fused) launch_group_size<InT, true>(spec.group_size, p, rows, stream);
     else launch_group_size<InT, false>(spec.group_size, p, rows, stream);

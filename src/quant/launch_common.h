@@ -111,4 +111,9 @@ void dispatch_row(DType t, bool aligned, F&& f) {
 void launch_token_rows(const RowQuantParams& p, DType x_dtype, bool aligned, const LaunchShape& shape,
                        cudaStream_t stream);
 
+// The owner table of a scatter: owner[d] = the largest entry t * topk + j with src2dst[t, j] = d, -1
+// where none (scratch of `rows` int32 of the stream, or of the graph being captured, reset and filled
+// on `stream`). `what` names the op in a scratch allocation error. Defined in group_quant.cu.
+const int32_t* scatter_owners(const TensorView& src2dst, int64_t rows, cudaStream_t stream, const char* what);
+
 }  // namespace fp8route::quant_launch

@@ -92,6 +92,12 @@ struct RowQuantParams {
   const float* static_scale;  // per-tensor static
   float qmax;
   bool int8, pow2;
+  // Scatter (per-token kernel, kScatter): token t's codes and scale go to rows src2dst[t, j] of q and
+  // s (dst_rows of them), j < topk, instead of row t. owner: the owner table of a launch with more
+  // entries than kScatterScanEntries (quant_launch::scatter_owners), else null.
+  const int32_t* src2dst;
+  const int32_t* owner;
+  int32_t topk, dst_rows;
 };
 
 }  // namespace fp8route::kernels

@@ -25,10 +25,39 @@ inline constexpr int token_reg_vecs(int64_t vecs) {
   return 0;
 }
 
+// Scatter launches of at most this many entries (T * topk) find a destination row's owner by
+// themselves (for_each_destination); larger ones are given an owner table (RowQuantParams::owner).
+constexpr int64_t kScatterScanEntries = 4096;
+
+// Calls store(d) for each destination row d = src2dst[t, j] in [0, dst_rows) that token t writes: a
+// row several entries name is written by the last of them in (t, j) order only (the rule of
+// scatter_per_token_group_quant), so that it gets one token's codes and scale, never a mix. Without
+// an owner table the block scans the entries after (t, j) for the same row. Block-uniform: every
+// thread makes the same calls.
+template <class F>
+__device__ __forceinline__ void for_each_destination(const RowQuantParams& p, int64_t t, F&& store) {
+  const int64_t entries = p.rows * p.topk;
+  for (int j = 0; j < p.topk; ++j) {
+    const int64_t i = t * p.topk + j;
+    const int32_t d = p.src2dst[i];
+    if (d < 0 || d >= p.dst_rows) continue;
+    bool later;
+    if (p.owner) {
+      later = p.owner[d] != static_cast<int32_t>(i);
+    } else {
+      bool named = false;
+      for (int64_t k = i + 1 + threadIdx.x; k < entries; k += blockDim.x) named |= p.src2dst[k] == d;
+      later = __syncthreads_or(named);
+    }
+    if (!later) store(static_cast<int64_t>(d));
+  }
+}
+
 // kFused: x rows are [gate (hidden) | up (hidden)] and the quantized values are silu(gate) * up in
 // fp32 (the fused silu_and_mul of the group kernel).
 // kAligned: see "Rows of any width" (row_common.cuh).
-template <class InT, bool kFused, bool kAligned, int kRegVecs>
+// kScatter: token t's codes and scale go to its destination rows (for_each_destination), not row t.
+template <class InT, bool kFused, bool kAligned, int kRegVecs, bool kScatter = false>
 __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQuantParams p) {
   griddep_launch_dependents();  // PDL (core/griddep.cuh): everything below may read the previous kernel's output
   griddep_wait();
@@ -36,7 +65,11 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
   const int64_t t = blockIdx.x;
   const InT* row = static_cast<const InT*>(p.x) + t * p.x_stride_t;
   const InT* up = kFused ? row + p.hidden : row;
-  uint8_t* q = p.q + t * p.hidden;
+  // Row r of the outputs gets the codes and scale (row t, or each destination of a scatter).
+  auto write_rows = [&](auto&& store_row) {
+    if constexpr (kScatter) for_each_destination(p, t, store_row);
+    else store_row(t);
+  };
   const int vecs = static_cast<int>(row_vecs<kAligned>(p.hidden));
   bool special = false;  // lane_values' NaN/inf flag (its return value is already the finite amax)
   if constexpr (kRegVecs > 0) {
@@ -61,14 +94,17 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
     }
     amax = block_max(amax, smem);
     const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
+    write_rows([&](int64_t r) {
+      uint8_t* q = p.q + r * p.hidden;
 #pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int v = k * kRowThreads + threadIdx.x;
-      if (v < vecs)
-        store_row_codes<kAligned>(q + v * kQuantVec, encode(x[k], sm.multiplier, p.int8),
-                                  vec_width<kAligned>(p.hidden, v));
-    }
-    if (threadIdx.x == 0) p.s[t] = sm.scale;
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int v = k * kRowThreads + threadIdx.x;
+        if (v < vecs)
+          store_row_codes<kAligned>(q + v * kQuantVec, encode(x[k], sm.multiplier, p.int8),
+                                    vec_width<kAligned>(p.hidden, v));
+      }
+      if (threadIdx.x == 0) p.s[r] = sm.scale;
+    });
   } else {
     // Vector v's values (read again for the codes from L1/L2); returns their finite amax.
     auto values = [&](int v, float (&x)[kQuantVec]) {
@@ -84,13 +120,16 @@ __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQ
     }
     amax = block_max(amax, smem);
     const ScaleAndMultiplier sm = make_scale(amax, p.qmax, p.pow2);
-    for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
-      float x[kQuantVec];
-      values(v, x);
-      store_row_codes<kAligned>(q + v * kQuantVec, encode(x, sm.multiplier, p.int8),
-                                vec_width<kAligned>(p.hidden, v));
-    }
-    if (threadIdx.x == 0) p.s[t] = sm.scale;
+    write_rows([&](int64_t r) {
+      uint8_t* q = p.q + r * p.hidden;
+      for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+        float x[kQuantVec];
+        values(v, x);
+        store_row_codes<kAligned>(q + v * kQuantVec, encode(x, sm.multiplier, p.int8),
+                                  vec_width<kAligned>(p.hidden, v));
+      }
+      if (threadIdx.x == 0) p.s[r] = sm.scale;
+    });
   }
 }
 

@@ -20,15 +20,15 @@ namespace {
 
 // The per-token kernel for rows of p.hidden elements, with the register vectors such a row needs
 // (token_kernel.cuh, token_reg_vecs).
-template <class InT, bool kFused, bool kAligned>
+template <class InT, bool kFused, bool kAligned, bool kScatter = false>
 void launch_token_kernel(const RowQuantParams& p, const LaunchShape& shape, cudaStream_t stream) {
   const int64_t vecs = (p.hidden + kernels::kQuantVec - 1) / kernels::kQuantVec;
   switch (kernels::token_reg_vecs(vecs)) {
-    case 1: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 1>, shape, stream, p); break;
-    case 2: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 2>, shape, stream, p); break;
-    case 4: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 4>, shape, stream, p); break;
-    case 8: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 8>, shape, stream, p); break;
-    default: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 0>, shape, stream, p); break;
+    case 1: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 1, kScatter>, shape, stream, p); break;
+    case 2: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 2, kScatter>, shape, stream, p); break;
+    case 4: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 4, kScatter>, shape, stream, p); break;
+    case 8: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 8, kScatter>, shape, stream, p); break;
+    default: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 0, kScatter>, shape, stream, p); break;
   }
 }
 
@@ -80,7 +80,61 @@ void token_quant(const TensorView& x, const TensorView& q, const TensorView& s, 
   });
 }
 
+// scatter_per_token_quant: the per-token kernel with each token's codes and scale written to its
+// destination rows (token_kernel.cuh, for_each_destination).
+void scatter_token_quant(const TensorView& x, const TensorView& src2dst, const TensorView& q, const TensorView& s,
+                         ScaleRounding rounding, cudaStream_t stream) {
+  check_row_input(x);
+  const int64_t tokens = x.size(0), hidden = x.size(1);
+  check_device_tensor(src2dst, "src2dst");
+  check_dtype(src2dst, "src2dst", {DType::i32});
+  check_ndim(src2dst, "src2dst", 2, "[T, topk]");
+  FP8ROUTE_CHECK(src2dst.size(0) == tokens && src2dst.size(1) >= 1 && src2dst.is_contiguous(),
+                 "src2dst: expected contiguous [T=" << tokens << ", topk>=1], got " << to_string(src2dst));
+  check_device_tensor(q, "q");
+  check_dtype(q, "q", {DType::e4m3, DType::i8});
+  check_ndim(q, "q", 2, "[rows, H]");
+  const int64_t rows = q.size(0);
+  const int64_t q_shape[2] = {rows, hidden};
+  check_contiguous_shape(q, "q", q_shape, 2);
+  check_device_tensor(s, "s");
+  check_dtype(s, "s", {DType::f32});
+  const int64_t s_shape[1] = {rows};
+  check_contiguous_shape(s, "s", s_shape, 1);
+  check_aligned(s.data, 4, "s");
+  check_same_device(q, "q", x, "x");
+  check_same_device(src2dst, "src2dst", x, "x");
+  check_no_overlap(q, "q", x, "x");
+  check_no_overlap(q, "q", src2dst, "src2dst");
+  check_scale_operand(s, "s", true, x, q);
+  check_no_overlap(s, "s", src2dst, "src2dst");
+  FP8ROUTE_CHECK(rounding == ScaleRounding::none || rounding == ScaleRounding::pow2, "rounding: not none or pow2");
+  // Entries t * topk + j and destination rows are numbered in int32, as src2dst's values are.
+  FP8ROUTE_CHECK(src2dst.numel() <= 0x7FFFFFFF && rows <= 0x7FFFFFFF,
+                 "src2dst, q: at most 2^31-1 entries and rows, got " << to_string(src2dst) << " and " << to_string(q));
+  FP8ROUTE_CHECK(hidden <= 0x7FFFFFFF, "x: H = " << hidden << " must be < 2^31 (one row's elements are indexed in int32)");
+  if (tokens == 0 || rows == 0) return;
+  check_sm90();
+  RowQuantParams p = row_params(x, q);
+  p.s = static_cast<float*>(s.data);
+  p.pow2 = rounding == ScaleRounding::pow2;
+  p.src2dst = static_cast<const int32_t*>(src2dst.data);
+  p.topk = static_cast<int32_t>(src2dst.size(1));
+  p.dst_rows = static_cast<int32_t>(rows);
+  if (src2dst.numel() > kernels::kScatterScanEntries) p.owner = scatter_owners(src2dst, rows, stream, "scatter_per_token_quant");
+  const LaunchShape grid_shape = pdl_shape(dim3(static_cast<unsigned>(tokens)), kernels::kRowThreads);
+  dispatch_row(x.dtype, vector_rows(p, x.dtype), [&]<class InT, bool kAligned>() {
+    launch_token_kernel<InT, false, kAligned, true>(p, grid_shape, stream);
+    FP8ROUTE_CHECK_LAUNCH();
+  });
+}
+
 }  // namespace
+
+void scatter_per_token_quant(const TensorView& x, const TensorView& src2dst, const TensorView& q, const TensorView& s,
+                             ScaleRounding rounding, cudaStream_t stream) {
+  scatter_token_quant(x, src2dst, q, s, rounding, stream);
+}
 
 void per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
                      ScaleRounding rounding, cudaStream_t stream) {

@@ -1,0 +1,341 @@
+// The decode glue of an MoE layer (moe.h, "Decode glue"; docs/moe.md): softmax routing, masked
+// dispatch and the weighted combine, one kernel each, with their argument checks. The activation
+// scatter quant that sits between dispatch and the first grouped GEMM is a quant op
+// (quant.h: scatter_per_token_quant, scatter_per_token_group_quant).
+//
+// Arithmetic: IEEE fp32 round-to-nearest (expf, __fdiv_rn, __fmul_rn, __fadd_rn: no contraction to
+// FMA, so that the combine equals torch's multiply-then-add bit for bit).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/checks.h"
+#include "core/griddep.cuh"
+#include "core/launch.h"
+#include "fp8route/moe.h"
+#include "fp8route/tuning/cuda_check.h"
+#include "quant/common.cuh"
+#include "quant/launch_common.h"
+
+namespace fp8route::kernels {
+
+// ---- softmax top-k: one warp per token ------------------------------------------------------------
+
+constexpr int kTopkWarps = 4;
+
+template <class InT>
+__device__ __forceinline__ float logit(const InT* row, int e) {
+  if constexpr (sizeof(InT) == 4) return row[e];
+  else return static_cast<float>(row[e]);
+}
+
+// A warp's token: its E probabilities in shared memory p, then top_k rounds of a (value, index)
+// arg-max over the warp (larger value first, then the lower index), each round's winner marked taken
+// (-1, below every probability). A NaN probability is kept as -0.5 (below every real one, above a
+// taken one), so that ids stay in [0, E) whatever the logits.
+template <class InT>
+__global__ void __launch_bounds__(kTopkWarps * 32)
+    softmax_topk_kernel(const InT* logits, int tokens, int experts, int top_k, bool renormalize, float* weights,
+                        int32_t* ids) {
+  griddep_launch_dependents();
+  griddep_wait();
+  extern __shared__ float topk_smem[];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int t = static_cast<int>(blockIdx.x) * kTopkWarps + warp;
+  if (t >= tokens) return;
+  float* p = topk_smem + warp * experts;
+  const InT* row = logits + static_cast<int64_t>(t) * experts;
+  float m = -INFINITY;
+  for (int e = lane; e < experts; e += 32) {
+    p[e] = logit(row, e);
+    m = fmaxf(m, p[e]);
+  }
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  float sum = 0.0f;
+  for (int e = lane; e < experts; e += 32) {
+    p[e] = expf(__fsub_rn(p[e], m));
+    sum = __fadd_rn(sum, p[e]);
+  }
+  for (int off = 16; off > 0; off >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
+  for (int e = lane; e < experts; e += 32) {
+    const float v = __fdiv_rn(p[e], sum);
+    p[e] = isnan(v) ? -0.5f : v;
+  }
+  __syncwarp();
+  float w_mine = 0.0f, total = 0.0f;
+  int id_mine = 0;
+  for (int k = 0; k < top_k; ++k) {
+    float best = -2.0f;
+    int bi = experts;
+    for (int e = lane; e < experts; e += 32)  // ascending e: a tie keeps the lower index
+      if (p[e] > best) best = p[e], bi = e;
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
+    }
+    if (lane == k) w_mine = best, id_mine = bi;
+    total = __fadd_rn(total, best);
+    if (bi % 32 == lane) p[bi] = -1.0f;  // the lane that holds it (every e < E has one, top_k <= E)
+    __syncwarp();
+  }
+  if (lane < top_k) {
+    weights[static_cast<int64_t>(t) * top_k + lane] = renormalize ? __fdiv_rn(w_mine, total) : w_mine;
+    ids[static_cast<int64_t>(t) * top_k + lane] = id_mine;
+  }
+}
+
+// ---- masked dispatch: one block over every entry ------------------------------------------------
+
+constexpr int kDispatchThreads = 1024;
+
+// Each entry's expert (after the map; -1 if dropped) in shared memory, then per entry: pos = the
+// earlier entries of its expert, and whether it is its expert's last entry, which writes the count.
+// Quadratic in the entries (at most kMoeDispatchMaxEntries), with no atomics: the result is the same
+// on every run.
+__global__ void __launch_bounds__(kDispatchThreads)
+    masked_dispatch_kernel(const int32_t* ids, int entries, const int32_t* expert_map, int map_len, int experts,
+                           int m_max, int32_t* src2dst, int32_t* masked_m) {
+  griddep_launch_dependents();
+  griddep_wait();
+  __shared__ int32_t expert_of[kMoeDispatchMaxEntries];
+  for (int i = static_cast<int>(threadIdx.x); i < entries; i += blockDim.x) {
+    int e = ids[i];
+    if (expert_map) e = e >= 0 && e < map_len ? expert_map[e] : -1;
+    expert_of[i] = e >= 0 && e < experts ? e : -1;
+  }
+  for (int e = static_cast<int>(threadIdx.x); e < experts; e += blockDim.x) masked_m[e] = 0;
+  __syncthreads();  // also orders the zeros above before the counts below (one block)
+  for (int i = static_cast<int>(threadIdx.x); i < entries; i += blockDim.x) {
+    const int e = expert_of[i];
+    if (e < 0) {
+      src2dst[i] = -1;
+      continue;
+    }
+    int pos = 0;
+    for (int k = 0; k < i; ++k) pos += expert_of[k] == e;
+    bool last = true;
+    for (int k = i + 1; k < entries && last; ++k) last = expert_of[k] != e;
+    src2dst[i] = pos < m_max ? e * m_max + pos : -1;
+    if (last) masked_m[e] = min(pos + 1, m_max);
+  }
+}
+
+// ---- combine: one thread per 8 elements of an output row ---------------------------------------
+
+constexpr int kCombineThreads = 128;
+
+template <class OutT>
+__device__ __forceinline__ void store8(OutT* out, const float (&acc)[kQuantVec]) {
+  if constexpr (sizeof(OutT) == 4) {
+    reinterpret_cast<float4*>(out)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    reinterpret_cast<float4*>(out)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  } else {
+    uint4 w;
+    auto* h = reinterpret_cast<typename HalfPair<OutT>::type*>(&w);
+#pragma unroll
+    for (int i = 0; i < kQuantVec / 2; ++i) {
+      if constexpr (std::is_same_v<OutT, __half>) h[i] = __floats2half2_rn(acc[2 * i], acc[2 * i + 1]);
+      else h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+    }
+    *reinterpret_cast<uint4*>(out) = w;
+  }
+}
+
+template <class RowT, class OutT>
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_kernel(const RowT* rows, int64_t row_count, int hidden, const int32_t* src2dst, const float* weights,
+                   int top_k, OutT* out) {
+  griddep_launch_dependents();
+  griddep_wait();
+  const int64_t t = blockIdx.x;
+  const int v = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (v * kQuantVec >= hidden) return;
+  float acc[kQuantVec] = {};
+  for (int j = 0; j < top_k; ++j) {
+    const int32_t d = src2dst[t * top_k + j];
+    if (d < 0 || d >= row_count) continue;  // dropped: its row is never read
+    const float w = weights[t * top_k + j];
+    float x[kQuantVec];
+    to_float8(load_raw8(rows + static_cast<int64_t>(d) * hidden + v * kQuantVec), x);
+#pragma unroll
+    for (int i = 0; i < kQuantVec; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(x[i], w));
+  }
+  store8(out + t * hidden + v * kQuantVec, acc);
+}
+
+}  // namespace fp8route::kernels
+
+namespace fp8route {
+
+using detail::check_aligned;
+using detail::check_contiguous_shape;
+using detail::check_device_tensor;
+using detail::check_dtype;
+using detail::check_ndim;
+using detail::check_no_overlap;
+using detail::check_same_device;
+using detail::given;
+
+namespace {
+
+LaunchShape glue_shape(dim3 grid, dim3 block, size_t smem = 0) { return LaunchShape{grid, block, smem, dim3(0, 0, 0), true}; }
+
+void check_glue_device() { detail::check_sm90_device("MoE glue kernels"); }
+
+// An int32 [T, top_k] output or input beside `ref` (its T), contiguous.
+void check_entries(const TensorView& t, const char* name, DType dtype, int64_t tokens, int64_t top_k) {
+  check_device_tensor(t, name);
+  check_dtype(t, name, {dtype});
+  const int64_t shape[2] = {tokens, top_k};
+  check_contiguous_shape(t, name, shape, 2);
+}
+
+// Calls f.template operator()<CudaType>() for a 16-bit float dtype.
+template <class F>
+void dispatch_half(DType t, F&& f) {
+  if (t == DType::bf16) return f.template operator()<__nv_bfloat16>();
+  return f.template operator()<__half>();
+}
+
+}  // namespace
+
+void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorView& weights, const TensorView& ids,
+                      cudaStream_t stream) {
+  check_device_tensor(logits, "logits");
+  check_dtype(logits, "logits", {DType::bf16, DType::f16, DType::f32});
+  check_ndim(logits, "logits", 2, "[T, E]");
+  FP8ROUTE_CHECK(logits.is_contiguous(), "logits: must be contiguous, got " << to_string(logits));
+  const int64_t tokens = logits.size(0), experts = logits.size(1);
+  FP8ROUTE_CHECK(experts >= 1 && experts <= kMoeMaxExperts,
+                 "logits: E = " << experts << " experts, expected 1 to " << kMoeMaxExperts
+                                << " (one token's probabilities are held in shared memory)");
+  check_device_tensor(weights, "weights");
+  check_ndim(weights, "weights", 2, "[T, top_k]");
+  const int64_t top_k = weights.size(1);
+  FP8ROUTE_CHECK(top_k >= 1 && top_k <= std::min(experts, kMoeMaxTopK),
+                 "top_k: " << top_k << " (weights' last dim) must be in [1, min(E = " << experts << ", "
+                           << kMoeMaxTopK << ")]");
+  check_entries(weights, "weights", DType::f32, tokens, top_k);
+  check_entries(ids, "ids", DType::i32, tokens, top_k);
+  FP8ROUTE_CHECK(tokens <= 0x7FFFFFFF, "logits: at most 2^31-1 tokens, got " << tokens);
+  check_same_device(weights, "weights", logits, "logits");
+  check_same_device(ids, "ids", logits, "logits");
+  check_no_overlap(weights, "weights", logits, "logits");
+  check_no_overlap(ids, "ids", logits, "logits");
+  check_no_overlap(weights, "weights", ids, "ids");
+  if (tokens == 0) return;
+  check_glue_device();
+  const dim3 grid(static_cast<unsigned>((tokens + kernels::kTopkWarps - 1) / kernels::kTopkWarps));
+  const size_t smem = static_cast<size_t>(kernels::kTopkWarps) * static_cast<size_t>(experts) * 4;
+  quant_launch::dispatch_float(logits.dtype, [&]<class InT>() {
+    launch_kernel(kernels::softmax_topk_kernel<InT>, glue_shape(grid, kernels::kTopkWarps * 32, smem), stream,
+                  static_cast<const InT*>(logits.data), static_cast<int>(tokens), static_cast<int>(experts),
+                  static_cast<int>(top_k), renormalize, static_cast<float*>(weights.data),
+                  static_cast<int32_t*>(ids.data));
+  });
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, int64_t m_max,
+                         const TensorView& src2dst, const TensorView& masked_m, cudaStream_t stream) {
+  check_device_tensor(ids, "ids");
+  check_dtype(ids, "ids", {DType::i32});
+  check_ndim(ids, "ids", 2, "[T, top_k]");
+  FP8ROUTE_CHECK(ids.is_contiguous(), "ids: must be contiguous, got " << to_string(ids));
+  const int64_t tokens = ids.size(0), top_k = ids.size(1);
+  FP8ROUTE_CHECK(top_k >= 1, "ids: top_k (the last dim) must be >= 1, got " << to_string(ids));
+  FP8ROUTE_CHECK(tokens * top_k <= kMoeDispatchMaxEntries,
+                 "ids: T * top_k = " << tokens * top_k << " entries, at most " << kMoeDispatchMaxEntries
+                                     << " (kMoeDispatchMaxEntries: the masked dispatch kernel is one thread block for "
+                                        "decode batches)");
+  FP8ROUTE_CHECK(m_max >= 1, "m_max: must be >= 1, got " << m_max);
+  check_device_tensor(masked_m, "masked_m");
+  check_dtype(masked_m, "masked_m", {DType::i32});
+  check_ndim(masked_m, "masked_m", 1, "[E]");
+  FP8ROUTE_CHECK(masked_m.is_contiguous(), "masked_m: must be contiguous, got " << to_string(masked_m));
+  const int64_t experts = masked_m.size(0);
+  FP8ROUTE_CHECK(experts * m_max <= 0x7FFFFFFF,
+                 "m_max: E * m_max = " << experts << " * " << m_max << " rows must be < 2^31 (src2dst is int32)");
+  check_entries(src2dst, "src2dst", DType::i32, tokens, top_k);
+  const bool mapped = given(expert_map);
+  if (mapped) {
+    check_device_tensor(expert_map, "expert_map");
+    check_dtype(expert_map, "expert_map", {DType::i32});
+    check_ndim(expert_map, "expert_map", 1, "[E_global]");
+    FP8ROUTE_CHECK(expert_map.is_contiguous() && expert_map.size(0) <= 0x7FFFFFFF,
+                   "expert_map: must be contiguous with fewer than 2^31 entries, got " << to_string(expert_map));
+    check_same_device(expert_map, "expert_map", ids, "ids");
+    check_no_overlap(src2dst, "src2dst", expert_map, "expert_map");
+    check_no_overlap(masked_m, "masked_m", expert_map, "expert_map");
+  }
+  check_same_device(src2dst, "src2dst", ids, "ids");
+  check_same_device(masked_m, "masked_m", ids, "ids");
+  check_no_overlap(src2dst, "src2dst", ids, "ids");
+  check_no_overlap(masked_m, "masked_m", ids, "ids");
+  check_no_overlap(src2dst, "src2dst", masked_m, "masked_m");
+  if (tokens == 0) return;  // masked_m is not written: the caller's zeros stand (moe.h)
+  check_glue_device();
+  const int64_t work = std::max(tokens * top_k, experts);  // entries, and the counts to zero
+  const int threads = static_cast<int>(std::min<int64_t>(kernels::kDispatchThreads, (work + 31) / 32 * 32));
+  launch_kernel(kernels::masked_dispatch_kernel, glue_shape(dim3(1), dim3(threads)), stream,
+                static_cast<const int32_t*>(ids.data), static_cast<int>(tokens * top_k),
+                mapped ? static_cast<const int32_t*>(expert_map.data) : nullptr,
+                mapped ? static_cast<int>(expert_map.size(0)) : 0, static_cast<int>(experts), static_cast<int>(m_max),
+                static_cast<int32_t*>(src2dst.data), static_cast<int32_t*>(masked_m.data));
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+void moe_combine(const TensorView& down_rows, const TensorView& src2dst, const TensorView& weights,
+                 const TensorView& out, cudaStream_t stream) {
+  check_device_tensor(down_rows, "down_rows");
+  check_dtype(down_rows, "down_rows", {DType::bf16, DType::f16});
+  check_ndim(down_rows, "down_rows", 2, "[R, H]");
+  FP8ROUTE_CHECK(down_rows.is_contiguous(), "down_rows: must be contiguous, got " << to_string(down_rows));
+  const int64_t hidden = down_rows.size(1);
+  FP8ROUTE_CHECK(hidden >= 1 && hidden % kernels::kQuantVec == 0 && hidden <= 0x7FFFFFFF,
+                 "down_rows: H = " << hidden << " must be a positive multiple of 8 (16-byte vectors)");
+  check_aligned(down_rows.data, 16, "down_rows");
+  check_device_tensor(src2dst, "src2dst");
+  check_ndim(src2dst, "src2dst", 2, "[T, top_k]");
+  const int64_t tokens = src2dst.size(0), top_k = src2dst.size(1);
+  FP8ROUTE_CHECK(top_k >= 1, "src2dst: top_k (the last dim) must be >= 1, got " << to_string(src2dst));
+  check_entries(src2dst, "src2dst", DType::i32, tokens, top_k);
+  check_entries(weights, "weights", DType::f32, tokens, top_k);
+  check_device_tensor(out, "out");
+  FP8ROUTE_CHECK(out.dtype == DType::f32 || out.dtype == down_rows.dtype,
+                 "out: dtype " << dtype_name(out.dtype) << " not allowed (expected f32 or down_rows' "
+                               << dtype_name(down_rows.dtype) << ")");
+  const int64_t out_shape[2] = {tokens, hidden};
+  check_contiguous_shape(out, "out", out_shape, 2);
+  check_aligned(out.data, 16, "out");
+  FP8ROUTE_CHECK(tokens <= 0x7FFFFFFF, "src2dst: at most 2^31-1 tokens, got " << tokens);
+  for (const auto* in : {&src2dst, &weights}) check_same_device(*in, in == &weights ? "weights" : "src2dst", down_rows, "down_rows");
+  check_same_device(out, "out", down_rows, "down_rows");
+  check_no_overlap(out, "out", down_rows, "down_rows");
+  check_no_overlap(out, "out", src2dst, "src2dst");
+  check_no_overlap(out, "out", weights, "weights");
+  if (tokens == 0) return;
+  check_glue_device();
+  const int64_t vecs = hidden / kernels::kQuantVec;
+  const dim3 grid(static_cast<unsigned>(tokens),
+                  static_cast<unsigned>((vecs + kernels::kCombineThreads - 1) / kernels::kCombineThreads));
+  const int threads = static_cast<int>(std::min<int64_t>(kernels::kCombineThreads, (vecs + 31) / 32 * 32));
+  dispatch_half(down_rows.dtype, [&]<class RowT>() {
+    auto launch = [&]<class OutT>() {
+      launch_kernel(kernels::combine_kernel<RowT, OutT>, glue_shape(grid, dim3(threads)), stream,
+                    static_cast<const RowT*>(down_rows.data), down_rows.size(0), static_cast<int>(hidden),
+                    static_cast<const int32_t*>(src2dst.data), static_cast<const float*>(weights.data),
+                    static_cast<int>(top_k), static_cast<OutT*>(out.data));
+    };
+    if (out.dtype == DType::f32) launch.template operator()<float>();
+    else launch.template operator()<RowT>();
+  });
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+}  // namespace fp8route
