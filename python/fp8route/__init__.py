@@ -25,6 +25,7 @@ from .ops import (
     rms_norm_per_token_quant,
     scaled_mm,
     scatter_per_token_group_quant,
+    scatter_per_token_quant,
     silu_and_mul_per_token_group_quant,
     silu_and_mul_per_token_quant,
     table_info,
@@ -32,7 +33,7 @@ from .ops import (
     autoprobe_info,
     warmup,
 )
-from .moe import grouped_scaled_mm
+from .moe import grouped_scaled_mm, moe_combine, moe_masked_dispatch, moe_softmax_topk
 
 __version__ = str(_lib.version())
 
@@ -51,9 +52,11 @@ _use_packaged_table()
 __all__ = [
     "explain", "load_table", "save_table", "probe", "table_info", "set_autoprobe", "autoprobe_info", "warmup", "quant_layout", "per_token_group_quant",
     "silu_and_mul_per_token_group_quant", "silu_and_mul_per_token_quant", "masked_per_token_group_quant",
-    "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "per_token_quant",
+    "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "scatter_per_token_quant",
+    "per_token_quant",
     "per_tensor_quant", "rms_norm", "rms_norm_per_token_group_quant", "rms_norm_per_token_quant",
-    "rms_norm_per_tensor_quant", "decode_attention", "scaled_mm", "grouped_scaled_mm", "LinearPlan", "__version__",
+    "rms_norm_per_tensor_quant", "decode_attention", "scaled_mm", "grouped_scaled_mm", "moe_softmax_topk",
+    "moe_masked_dispatch", "moe_combine", "LinearPlan", "__version__",
 ]
 
 try:  # torch is optional: the ops above work on any DLPack tensor given out= buffers.

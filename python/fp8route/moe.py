@@ -19,6 +19,8 @@ if torch is not None:
                               masked_dispatch, reference_moe, softmax_topk)
 
 _LAYOUTS = ("row_major", "col_major", "col_major_tma")
+# Bounds of the decode glue kernels (moe.h: kMoeDispatchMaxEntries, kMoeMaxExperts).
+_GLUE_MAX_ENTRIES, _GLUE_MAX_EXPERTS = 4096, 1024
 
 
 def _infer_scale(b, scale_b):
@@ -71,6 +73,104 @@ def _grouped(a, b, scale_a, scale_b, groups, form, kind, layout, name, out, back
     return out
 
 
+# ------------------------------------------------------------------------------------------------
+# The decode glue (docs/moe.md, "The decode glue kernels"): one kernel each, the fused forms of
+# moe_routing's softmax_topk, masked_dispatch and _combine (which stay the references, and the
+# contiguous path's code)
+# ------------------------------------------------------------------------------------------------
+
+def moe_softmax_topk(logits, top_k, renormalize=True):
+    """softmax_topk in one kernel: logits [T, E] (bf16, f16 or f32; E <= 1024) -> p = softmax in fp32,
+    the top_k (1 <= top_k <= min(E, 16)) largest p in decreasing order, renormalized to sum to 1 when
+    renormalize. Returns (weights f32 [T, top_k], ids int32 [T, top_k]). Equal probabilities: the lower
+    expert index first (torch.topk on CUDA promises no order for ties). The ids equal softmax_topk's
+    where p has no ties among the chosen; weights agree within 1e-6 relative (the softmax sum is added
+    in another order)."""
+    if torch is not None and torch.compiler.is_compiling():
+        return torch.ops.fp8route.moe_softmax_topk(logits, top_k, bool(renormalize))
+    return _softmax_topk(logits, top_k, renormalize)
+
+
+def _softmax_topk(logits, top_k, renormalize):
+    if not _is_torch(logits):
+        raise ValueError(_NOT_TORCH)
+    if logits.dim() != 2:
+        raise ValueError(f"logits: expected 2 dims [T, E], got {tuple(logits.shape)}")
+    if not 1 <= top_k <= 16:
+        raise ValueError(f"top_k: must be in [1, min(E, 16)], got {top_k}")
+    t, device = logits.shape[0], logits.device
+    w = torch.empty(size=(t, top_k), dtype=torch.float32, device=device)
+    ids = torch.empty(size=(t, top_k), dtype=torch.int32, device=device)
+    lib.moe_softmax_topk(logits, w, ids, bool(renormalize))
+    return w, ids
+
+
+def moe_masked_dispatch(ids, experts, m_max, expert_map=None):
+    """masked_dispatch in one kernel: ids int32 [T, top_k] (T * top_k <= 4096), mapped first through
+    expert_map (int32 [E_global]: global id -> local id or -1) when given. Entry (t, j) goes to row
+    e * m_max + pos of the [experts * m_max] masked rows, pos = the earlier entries (row-major) of
+    the same expert; -1 when pos >= m_max or the expert is outside [0, experts) (-1 included). Returns
+    (src2dst int32 [T, top_k], masked_m int32 [experts], each count clamped to m_max), equal to
+    masked_dispatch(expert_map[ids], experts, m_max) element for element, the same on every run."""
+    if torch is not None and torch.compiler.is_compiling():
+        return torch.ops.fp8route.moe_masked_dispatch(ids, experts, m_max, expert_map)
+    return _masked_dispatch(ids, experts, m_max, expert_map)
+
+
+def _masked_dispatch(ids, experts, m_max, expert_map):
+    if not _is_torch(ids):
+        raise ValueError(_NOT_TORCH)
+    if ids.dim() != 2:
+        raise ValueError(f"ids: expected 2 dims [T, top_k], got {tuple(ids.shape)}")
+    if experts < 0:
+        raise ValueError(f"experts: must be >= 0, got {experts}")
+    t, device = ids.shape[0], ids.device
+    src2dst = torch.empty(size=tuple(ids.shape), dtype=torch.int32, device=device)
+    # T = 0 launches nothing: the counts are the zeros allocated here.
+    masked_m = (torch.zeros if t == 0 else torch.empty)(size=(experts,), dtype=torch.int32, device=device)
+    mapped = expert_map is not None
+    lib.moe_masked_dispatch(ids, mapped, expert_map if mapped else ids, int(m_max), src2dst, masked_m)
+    return src2dst, masked_m
+
+
+_COMBINE_OUT = {"f32": "f32", "float32": "f32", "bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16"}
+
+
+def moe_combine(down_rows, src2dst, weights, out_dtype=None, out=None):
+    """_combine in one kernel: out[t] = sum over j of weights[t, j] * down_rows[src2dst[t, j]],
+    accumulated in fp32 in j order (each product and sum rounded once), rounded once to out_dtype
+    (down_rows' dtype by default, or f32). down_rows [R, H] bf16 or f16 (H % 8 == 0), src2dst int32
+    [T, top_k], weights f32 [T, top_k]; an entry outside [0, R) (-1) adds nothing and its row is never
+    read (masked rows past masked_m may hold anything, NaN included). Bit for bit equal to
+    _combine(down_rows, src2dst, weights).to(out_dtype) when _combine sums the j terms in that order
+    and no dropped entry's clamped row is inf or NaN (which _combine multiplies by 0)."""
+    if torch is not None and torch.compiler.is_compiling():
+        r = torch.ops.fp8route.moe_combine(down_rows, src2dst, weights, _combine_dtype(down_rows, out_dtype))
+        return r if out is None else out.copy_(r)
+    return _fused_combine(down_rows, src2dst, weights, out_dtype, out)
+
+
+def _combine_dtype(down_rows, out_dtype):
+    if out_dtype is None:
+        return down_rows.dtype
+    if torch is not None and isinstance(out_dtype, torch.dtype):
+        if out_dtype in (torch.float32, torch.bfloat16, torch.float16):
+            return out_dtype
+    elif str(out_dtype) in _COMBINE_OUT:
+        return {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[_COMBINE_OUT[str(out_dtype)]]
+    raise ValueError(f"out_dtype: f32 or down_rows' dtype (bf16, f16), got {out_dtype!r}")
+
+
+def _fused_combine(down_rows, src2dst, weights, out_dtype, out):
+    if out is None:
+        if not _is_torch(down_rows):
+            raise ValueError(_NOT_TORCH)
+        out = torch.empty(size=(src2dst.shape[0], down_rows.shape[-1]), dtype=_combine_dtype(down_rows, out_dtype),
+                          device=down_rows.device)
+    lib.moe_combine(down_rows, src2dst, weights, out)
+    return out
+
+
 if torch is not None:
     _TORCH_OUT = {"bf16": torch.bfloat16, "f16": torch.float16}
     _OUT_NAME = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -90,6 +190,30 @@ if torch is not None:
 
     _LIB.impl("grouped_scaled_mm", _grouped_op, "CompositeExplicitAutograd")
     torch.library.register_fake("fp8route::grouped_scaled_mm", _grouped_fake, lib=_LIB)
+
+    # The decode glue's ops.
+    _LIB.define("moe_softmax_topk(Tensor logits, int top_k, bool renormalize) -> (Tensor, Tensor)")
+    _LIB.impl("moe_softmax_topk", _softmax_topk, "CompositeExplicitAutograd")
+    torch.library.register_fake(
+        "fp8route::moe_softmax_topk",
+        lambda logits, top_k, renormalize: (logits.new_empty((logits.shape[0], top_k), dtype=torch.float32),
+                                            logits.new_empty((logits.shape[0], top_k), dtype=torch.int32)),
+        lib=_LIB)
+    _LIB.define("moe_masked_dispatch(Tensor ids, int experts, int m_max, Tensor? expert_map) -> (Tensor, Tensor)")
+    _LIB.impl("moe_masked_dispatch", _masked_dispatch, "CompositeExplicitAutograd")
+    torch.library.register_fake(
+        "fp8route::moe_masked_dispatch",
+        lambda ids, experts, m_max, expert_map: (ids.new_empty(ids.shape, dtype=torch.int32),
+                                                 ids.new_empty((experts,), dtype=torch.int32)),
+        lib=_LIB)
+    _LIB.define("moe_combine(Tensor down_rows, Tensor src2dst, Tensor weights, ScalarType out_dtype) -> Tensor")
+    _LIB.impl("moe_combine", lambda down_rows, src2dst, weights, out_dtype:
+              _fused_combine(down_rows, src2dst, weights, out_dtype, None), "CompositeExplicitAutograd")
+    torch.library.register_fake(
+        "fp8route::moe_combine",
+        lambda down_rows, src2dst, weights, out_dtype: down_rows.new_empty((src2dst.shape[0], down_rows.shape[-1]),
+                                                                           dtype=out_dtype),
+        lib=_LIB)
 else:
     _TORCH_OUT = {}
 
@@ -112,7 +236,9 @@ if torch is not None:
 
         forward(x [T, H] bf16, router_logits [T, E]) -> [T, H] bf16. masked_m_max=None runs the
         contiguous form (prefill); an int runs the masked form with that M_max (decode; pass T or more
-        and nothing is dropped), whose shapes depend on T alone: it captures in a CUDA graph.
+        and nothing is dropped), whose shapes depend on T alone: it captures in a CUDA graph. Its glue runs
+        as the fused kernels (moe_softmax_topk, moe_masked_dispatch, scatter_per_token_quant,
+        moe_combine) within their bounds, else moe_routing's torch code (docs/moe.md).
 
         expert_map (int32 [E_global], optional): this GPU holds E of an expert-parallel layer's E_global
         experts; router_logits are over E_global, expert_map[g] is global expert g's index in w13/w2 or
@@ -146,6 +272,10 @@ if torch is not None:
             if expert_map is not None and (expert_map.dim() != 1 or int(expert_map.max()) >= e):
                 raise ValueError(f"expert_map: int [E_global] of local indices < {e} or -1, got {tuple(expert_map.shape)}")
             self.register_buffer("expert_map", None if expert_map is None else expert_map.to(torch.int32))
+            # The masked form's glue runs as the fused kernels (moe_softmax_topk for softmax routing,
+            # moe_masked_dispatch, scatter_per_token_quant for row scales, moe_combine) where they take
+            # the call; False runs moe_routing's torch code instead (the tests' reference for them).
+            self._fused_glue = True
 
         def route(self, router_logits):
             if self.routing == "softmax":
@@ -153,17 +283,29 @@ if torch is not None:
             return grouped_topk(router_logits, self.top_k, self.e_score_correction_bias, self.n_group,
                                 self.topk_group, self.renormalize, self.routed_scaling_factor)
 
+        def _glue_fits(self, t, router_logits):
+            """Whether this masked call's glue runs as the fused kernels (their bounds: docs/moe.md)."""
+            return (self._fused_glue and t * self.top_k <= _GLUE_MAX_ENTRIES and self.hidden % 8 == 0
+                    and (self.routing != "softmax" or router_logits.shape[-1] <= _GLUE_MAX_EXPERTS))
+
         def forward(self, x, router_logits):
             from . import ops
-            weights, ids = self.route(router_logits)
-            if self.expert_map is not None:
-                ids = self.expert_map[ids.long()]
             t, h, e = x.shape[0], self.hidden, self.experts
             block = self.scale == "block"
             masked = self.masked_m_max is not None
+            fused = masked and self._glue_fits(t, router_logits)
+            if fused and self.routing == "softmax":
+                weights, ids = moe_softmax_topk(router_logits.contiguous(), self.top_k, self.renormalize)
+            else:
+                weights, ids = self.route(router_logits)
+            if self.expert_map is not None and not fused:  # the fused dispatch maps the ids itself
+                ids = self.expert_map[ids.long()]
             if masked:
                 m_max = self.masked_m_max
-                src2dst, counts = masked_dispatch(ids, e, m_max)
+                if fused:
+                    src2dst, counts = moe_masked_dispatch(ids, e, m_max, self.expert_map)
+                else:
+                    src2dst, counts = masked_dispatch(ids, e, m_max)
                 rows, kw = e * m_max, {"masked_m": counts}
                 # Row-major group scales of rows [E * M_max] are the masked layout [E, M_max, G].
                 layout = "row_major"
@@ -178,6 +320,9 @@ if torch is not None:
 
             if block:
                 q, s = ops.scatter_per_token_group_quant(x, src2dst, rows, layout=layout)
+            elif fused:
+                # Rows no entry maps to stay unwritten: they lie past masked_m and reach no output.
+                q, s = ops.scatter_per_token_quant(x, src2dst, rows)
             else:
                 # Per-token quant once, then each entry's codes and scale copied to its row; dropped
                 # entries (-1) go to one extra row that is cut off, so no row is written twice.
@@ -202,7 +347,13 @@ if torch is not None:
                 q2, s2 = ops.silu_and_mul_per_token_quant(flat)
                 q2, s2 = shaped(q2, s2.reshape(-1), self.intermediate)
             down = grouped_scaled_mm(q2, self.w2, s2, self.w2_scale, scale=self.scale, scale_a_layout=layout, **kw)
-            y = _combine(down.reshape(-1, h), src2dst, weights)
+            if fused:
+                direct = self.shared_expert is None and x.dtype == down.dtype  # else f32, then the sum
+                y = moe_combine(down.reshape(-1, h), src2dst, weights, out_dtype=x.dtype if direct else torch.float32)
+                if direct:
+                    return y
+            else:
+                y = _combine(down.reshape(-1, h), src2dst, weights)
             if self.shared_expert is not None:
                 y = y + self.shared_expert(x).float()
             return y.to(x.dtype)

@@ -261,6 +261,34 @@ def scatter_per_token_group_quant(x, src2dst, rows, group_size=128, dtype="e4m3"
     return _scatter_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, out)
 
 
+def _scatter_token_quant(x, src2dst, rows, dtype, rounding, out):
+    if out is None:
+        if not isinstance(x, _Tensor):
+            raise ValueError(_NOT_TORCH)
+        device = x.device
+        q = torch.empty(size=(rows, x.shape[1]), dtype=_TORCH_DTYPES[_CODE_DTYPES[dtype]], device=device)
+        s = torch.empty(size=(rows,), dtype=_F32, device=device)
+    else:
+        q, s = out
+    lib.scatter_per_token_quant(x, src2dst, _bits(q), s, rounding)
+    return q, s
+
+
+def scatter_per_token_quant(x, src2dst, rows, dtype="e4m3", rounding="none", out=None):
+    """x [T, H], src2dst int32 [T, topk] (-1 = skip): each token quantized once, with the codes and
+    scale per_token_quant gives it, and written to its destination rows of q [rows, H] and s f32
+    [rows]. Rows no entry maps to are not written: allocated outputs are torch.empty there (unlike
+    scatter_per_token_group_quant's zeros; in Fp8MoE's masked form those rows lie past masked_m and
+    reach no output)."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
+    if type(x) is not _Tensor or x.dim() != 2:
+        _check_ndim(x, 2, "x", "[T, H]")
+    if _compiling():
+        return _into(out, torch.ops.fp8route.scatter_per_token_quant(x, src2dst, rows, dtype, rounding))
+    return _scatter_token_quant(x, src2dst, rows, dtype, rounding, out)
+
+
 def _token_quant(x, dtype, rounding, out, fused):
     if out is None:
         shape = x.shape

@@ -215,6 +215,17 @@ def scatter_per_token_group_quant(x, src2dst, rows, group_size, dtype, rounding,
     return ops._scatter_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, None)
 
 
+def _scatter_token_fake(x, src2dst, rows, dtype, rounding):
+    return x.new_empty((rows, x.shape[1]), dtype=_CODE[dtype]), x.new_empty((rows,), dtype=torch.float32)
+
+
+@_define("scatter_per_token_quant(Tensor x, Tensor src2dst, SymInt rows, str dtype, str rounding) -> (Tensor, Tensor)",
+         _scatter_token_fake)
+def scatter_per_token_quant(x, src2dst, rows, dtype, rounding):
+    """scatter_per_token_quant: rows no entry maps to are not written (their contents are unspecified)."""
+    return ops._scatter_token_quant(x, src2dst, rows, dtype, rounding, None)
+
+
 def _per_token_quant_fake(x, dtype, rounding, fused=False):
     h = x.shape[1] // 2 if fused else x.shape[1]
     return x.new_empty((x.shape[0], h), dtype=_CODE[dtype]), x.new_empty((x.shape[0],), dtype=torch.float32)

@@ -234,6 +234,14 @@ void scatter_per_token_group_quant(FfiTensor x, FfiTensor src2dst, FfiTensor q, 
   });
 }
 
+void scatter_per_token_quant(FfiTensor x, FfiTensor src2dst, FfiTensor q, FfiTensor s, String rounding) {
+  guarded([&] {
+    const DeviceGuard device(x);
+    fp8route::scatter_per_token_quant(view(x, "x"), view(src2dst, "src2dst"), view(q, "q"), view(s, "s"),
+                                      fp8route::parse_rounding(std::string(rounding)), stream_of(x));
+  });
+}
+
 // fused: x [T, 2H] -> silu_and_mul, then the per-token quant.
 void per_token_quant(FfiTensor x, FfiTensor q, FfiTensor s, String rounding, bool fused) {
   guarded([&] {
@@ -426,6 +434,32 @@ void grouped_scaled_mm(FfiTensor a, FfiTensor b, FfiTensor scale_a, FfiTensor sc
     g.scale = fp8route::parse_scale_kind(std::string(scale));
     g.scale_a_layout = fp8route::parse_layout(std::string(scale_a_layout));
     fp8route::grouped_scaled_mm(g, std::string(backend), stream_of(a));
+  });
+}
+
+// The MoE decode glue (moe.h). expert_map is read only when `mapped` (pass any tensor otherwise).
+void moe_softmax_topk(FfiTensor logits, FfiTensor weights, FfiTensor ids, bool renormalize) {
+  guarded([&] {
+    const DeviceGuard device(logits);
+    fp8route::moe_softmax_topk(view(logits, "logits"), renormalize, view(weights, "weights"), view(ids, "ids"),
+                               stream_of(logits));
+  });
+}
+
+void moe_masked_dispatch(FfiTensor ids, bool mapped, FfiTensor expert_map, int64_t m_max, FfiTensor src2dst,
+                         FfiTensor masked_m) {
+  guarded([&] {
+    const DeviceGuard device(ids);
+    fp8route::moe_masked_dispatch(view(ids, "ids"), mapped ? view(expert_map, "expert_map") : fp8route::TensorView{},
+                                  m_max, view(src2dst, "src2dst"), view(masked_m, "masked_m"), stream_of(ids));
+  });
+}
+
+void moe_combine(FfiTensor down_rows, FfiTensor src2dst, FfiTensor weights, FfiTensor out) {
+  guarded([&] {
+    const DeviceGuard device(down_rows);
+    fp8route::moe_combine(view(down_rows, "down_rows"), view(src2dst, "src2dst"), view(weights, "weights"),
+                          view(out, "out"), stream_of(down_rows));
   });
 }
 
@@ -723,6 +757,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(quant_layout, quant_layout);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_token_group_quant, per_token_group_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(masked_per_token_group_quant, masked_per_token_group_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scatter_per_token_group_quant, scatter_per_token_group_quant);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(scatter_per_token_quant, scatter_per_token_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_token_quant, per_token_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_tensor_quant, per_tensor_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(rms_norm, rms_norm);
@@ -730,6 +765,9 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_attention, decode_attention);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm, scaled_mm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm_bias, scaled_mm_bias);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_scaled_mm, grouped_scaled_mm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_softmax_topk, moe_softmax_topk);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_masked_dispatch, moe_masked_dispatch);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_combine, moe_combine);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(explain, explain);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(load_table, load_table);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(table_info, table_info);

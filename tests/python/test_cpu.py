@@ -116,6 +116,22 @@ def test_host_memory_is_refused_with_the_argument_named():
         fp8route.per_token_quant(np.zeros(8, np.float32))
 
 
+def test_moe_glue_refuses_host_memory_with_the_argument_named():
+    # The MoE decode glue (docs/moe.md): argument errors without a GPU (torch not needed with out=).
+    down, src2dst, w = np.zeros((16, 64), np.float16), np.zeros((2, 4), np.int32), np.ones((2, 4), np.float32)
+    with pytest.raises(ValueError, match="down_rows: must be CUDA device memory"):
+        fp8route.moe_combine(down, src2dst, w, out=np.zeros((2, 64), np.float16))
+    x = np.zeros((2, 64), np.float32)
+    with pytest.raises(ValueError, match="x: must be CUDA device memory"):
+        fp8route.scatter_per_token_quant(x, src2dst, 16, out=(np.zeros((16, 64), np.uint8), np.zeros(16, np.float32)))
+    with pytest.raises(ValueError, match=r"x: expected \[T, H\]"):
+        fp8route.scatter_per_token_quant(np.zeros(8, np.float32), src2dst, 16)
+    with pytest.raises(ValueError, match="out: required"):
+        fp8route.moe_softmax_topk(np.zeros((2, 8), np.float32), 2)  # numpy in: fp8route allocates only with torch
+    with pytest.raises(ValueError, match="out: required"):
+        fp8route.moe_masked_dispatch(src2dst, 8, 2)
+
+
 def test_explain_output_is_the_cli_format():
     text = fp8route.explain(1, 4096, 4096, scale="tensor")
     assert "measured candidates for tensor bf16 n=4096 k=4096" in text

@@ -155,7 +155,7 @@ def test_grouped_errors_name_the_argument():
         moe.grouped_scaled_mm(a, b, sa, sb[:, :64], offsets=offs, scale="row")
 
 
-def _layer(scale, masked_m_max=None, e=8, h=512, i=256, top_k=2, routing="softmax"):
+def _layer(scale, masked_m_max=None, e=8, h=512, i=256, top_k=2, routing="softmax", expert_map=None):
     w13, w2 = _fp8((e, 2 * i, h)) , _fp8((e, h, i))
     if scale == "block":
         s13 = torch.rand(e, 2 * i // 128, h // 128, device="cuda") * 0.01 + 0.005
@@ -165,9 +165,11 @@ def _layer(scale, masked_m_max=None, e=8, h=512, i=256, top_k=2, routing="softma
         s2 = torch.rand(e, h, device="cuda") * 0.01 + 0.005
     kw = {}
     if routing == "sigmoid":
-        kw = dict(e_score_correction_bias=torch.zeros(e, device="cuda"), n_group=4, topk_group=2,
+        e_router = e if expert_map is None else expert_map.shape[0]  # the router scores every global expert
+        kw = dict(e_score_correction_bias=torch.zeros(e_router, device="cuda"), n_group=4, topk_group=2,
                   routed_scaling_factor=2.5)
-    return moe.Fp8MoE(w13, s13, w2, s2, top_k, scale=scale, routing=routing, masked_m_max=masked_m_max, **kw)
+    return moe.Fp8MoE(w13, s13, w2, s2, top_k, scale=scale, routing=routing, masked_m_max=masked_m_max,
+                      expert_map=expert_map, **kw)
 
 
 @gpu
