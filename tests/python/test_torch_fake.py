@@ -69,6 +69,16 @@ def _calls(m):
         "scatter_per_token_group_quant": (
             "scatter_per_token_group_quant",
             lambda: fp8route.scatter_per_token_group_quant(x, torch.empty(m, 2, dtype=torch.int32, **meta), 2 * m)),
+        "scatter_per_token_quant": (
+            "scatter_per_token_quant",
+            lambda: fp8route.scatter_per_token_quant(x, torch.empty(m, 2, dtype=torch.int32, **meta), 2 * m)),
+        "moe_softmax_topk": ("moe_softmax_topk",
+                             lambda: fp8route.moe_softmax_topk(torch.empty(m, 64, dtype=torch.bfloat16, **meta), 8)),
+        "moe_masked_dispatch": ("moe_masked_dispatch", lambda: fp8route.moe_masked_dispatch(
+            torch.empty(m, 8, dtype=torch.int32, **meta), 64, 4)),
+        "moe_combine": ("moe_combine", lambda: fp8route.moe_combine(
+            torch.empty(4 * m, 256, dtype=torch.bfloat16, **meta), torch.empty(m, 8, dtype=torch.int32, **meta),
+            torch.empty(m, 8, **meta))),
         "per_token_quant": ("per_token_quant", lambda: fp8route.per_token_quant(x)),
         "per_tensor_quant": ("per_tensor_quant", lambda: fp8route.per_tensor_quant(x)),
         "per_tensor_quant(scale)": ("per_tensor_quant_static", lambda: fp8route.per_tensor_quant(x, scale)[0]),
