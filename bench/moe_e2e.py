@@ -99,6 +99,12 @@ def layer_mode(args, moe, bw, e2e, M):
         be = _make_backend(backend, act, True)
         blocks[v] = [M.MoeFfn(moe, b["experts"].convert(kind, dtype or torch.float32), b["router"], be, backend, act)
                      for b in made]
+        if args.torch_glue and backend == "fp8route":
+            # The same layer with Fp8MoE's decode glue (routing, dispatch, scatter, combine) in torch ops.
+            blocks[v + "/torch-glue"] = [M.MoeFfn(moe, b["experts"].convert(kind, dtype or torch.float32), b["router"],
+                                                  be, backend, act) for b in made]
+            for f in blocks[v + "/torch-glue"]:
+                f.layer._fused_glue = False
     del made
     print(f"\n== layer: {args.moe_layers} Qwen3-30B-A3B MoE blocks per replay (built in {time.time() - t0:.0f} s)",
           flush=True)
@@ -181,6 +187,9 @@ def model_mode(args, moe, bw, e2e, M):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=("layer", "model", "both"), default="both")
+    ap.add_argument("--torch-glue", action="store_true",
+                    help="layer mode: each fp8route variant also with Fp8MoE's decode glue in torch ops "
+                    "(VARIANT/torch-glue), side by side with the fused glue kernels")
     ap.add_argument("--variants", type=names(VARIANTS), default=list(DEFAULT_VARIANTS),
                     help=f"comma-separated, of {', '.join(VARIANTS)} (default: {','.join(DEFAULT_VARIANTS)})")
     ap.add_argument("--batches", type=lambda t: [int(b) for b in t.split(",")], default=[1, 32])
