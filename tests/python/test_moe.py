@@ -118,8 +118,14 @@ def test_grouped_contiguous_row_against_torch():
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
     moe.grouped_scaled_mm(a, b, sa, sb, offsets=offsets, out=out)
     bounds = offsets.tolist()
-    want = _grouped_ref(a, b, sa, sb, lambda x: slice(bounds[x], bounds[x + 1]))
-    torch.testing.assert_close(out[:95].float(), want[:95], rtol=2e-2, atol=1e-1)
+    rows_of = lambda x: slice(bounds[x], bounds[x + 1])  # noqa: E731
+    want = _grouped_ref(a, b, sa, sb, rows_of)
+    # Hopper's FP8 MMAs sum a 128-deep K block in a narrower accumulator than fp32, so an output
+    # that cancels can be off by a small part of the sum of the |products|, beyond bf16 rounding.
+    mag = _grouped_ref(a.float().abs().to(a.dtype), b.float().abs().to(b.dtype), sa, sb, rows_of)
+    err = (out[:95].float() - want[:95]).abs()
+    bound = 2.0**-12 * mag[:95] + 2.0**-8 * want[:95].abs()
+    assert (err <= bound).all(), f"{(err > bound).sum().item()} outputs off; worst err / bound {(err / bound).max():.3g}"
     assert out[95:].isnan().all()  # rows of no expert untouched
 
 
@@ -186,7 +192,40 @@ def test_fp8moe_against_the_float_reference(scale, masked, routing):
     want = moe.reference_moe(x, weights, ids, moe.dequantize_weight(layer.w13, layer.w13_scale, scale),
                              moe.dequantize_weight(layer.w2, layer.w2_scale, scale))
     rel = (y.float() - want).norm() / want.norm()
-    assert y.shape == x.shape and rel < 5e-2, f"relative error {rel:.3g}"  # activation quant, twice
+    # The float reference skips the two activation quantizations (about 3% each, rms).
+    assert y.shape == x.shape and rel < 1e-1, f"relative error {rel:.3g} against the float reference"
+    # With both quantizations done as the layer does them, only FP8 codes that round the other way
+    # and the summation order remain.
+    want_q = _quantized_reference(x, weights, ids, layer, scale)
+    rel_q = (y.float() - want_q).norm() / want_q.norm()
+    assert rel_q < 1.5e-2, f"relative error {rel_q:.3g} against the reference with activation quantization"
+
+
+def _quant_dequant(v, group):
+    """v [T, D] fp32 -> the values its e4m3 codes stand for, one scale per `group` columns (docs/numerics.md:
+    s = amax / 448, code = sat(v * (448 / amax)))."""
+    g = v.view(v.shape[0], -1, group)
+    amax = g.abs().amax(-1, keepdim=True).clamp_min(1e-10)
+    q = (g * (448.0 / amax)).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return (q.float() * (amax / 448.0)).view_as(v)
+
+
+def _quantized_reference(x, weights, ids, layer, scale):
+    """reference_moe with the layer's activation quantization: x per token (row) or per 128 (block),
+    the gate_up product rounded to bf16, silu(gate) * up in fp32 quantized the same way."""
+    group = lambda d: 128 if scale == "block" else d  # noqa: E731
+    w13 = moe.dequantize_weight(layer.w13, layer.w13_scale, scale)
+    w2 = moe.dequantize_weight(layer.w2, layer.w2_scale, scale)
+    xq = _quant_dequant(x.float(), group(x.shape[1]))
+    i = w2.shape[2]
+    out = torch.zeros(x.shape[0], w2.shape[1], device=x.device)
+    for j in range(ids.shape[1]):
+        for e in torch.unique(ids[:, j]).tolist():
+            tok = (ids[:, j] == e).nonzero().squeeze(1)
+            h = (xq[tok] @ w13[e].float().t()).to(torch.bfloat16).float()
+            act = _quant_dequant(torch.nn.functional.silu(h[:, :i]) * h[:, i:], group(i))
+            out[tok] += weights[tok, j].unsqueeze(1) * (act @ w2[e].float().t())
+    return out
 
 
 @gpu
