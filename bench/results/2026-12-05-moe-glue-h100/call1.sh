@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/../../.."
 W=$PWD R=/tmp/glue1 B=$PWD/build/gpu
-mkdir -p $R /tmp/site build && tar xJf .stage/gpu.tar.xz -C build
+mkdir -p $R /tmp/site build && { [ -d build/gpu ] || tar xJf .stage/gpu.tar.xz -C build; }
 python3 -m pip install -q --no-index --no-deps --target /tmp/site $B/python/apache_tvm_ffi-*.whl
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$W/python FP8ROUTE_SOURCE_DIR=$W \
   FP8ROUTE_FFI_LIB=$B/python/fp8route/_fp8route_ffi.so FP8ROUTE_CLI=$B/fp8route
