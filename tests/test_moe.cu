@@ -566,9 +566,11 @@ TEST(MoeFast, Deterministic) {
 TEST(MoeFast, DefaultBackendRule) {
   SKIP_WITHOUT_SM90();
   GroupedProblem p;
-  p.form = GroupedForm::masked, p.experts = 32, p.rows = 64, p.n = 4096, p.k = 7168, p.scale = ScaleKind::block;
-  EXPECT_EQ(grouped_supports("decode", p), "");
+  p.form = GroupedForm::masked, p.experts = 32, p.rows = 8, p.n = 4096, p.k = 7168, p.scale = ScaleKind::block;
   EXPECT_EQ(grouped_default_backend(p), "decode");
+  p.rows = 64;  // decode runs it; wgmma is the faster past M_max = 8
+  EXPECT_EQ(grouped_supports("decode", p), "");
+  EXPECT_EQ(grouped_default_backend(p), "wgmma");
   p.rows = 65;
   EXPECT_NE(grouped_supports("decode", p), "");
   EXPECT_EQ(grouped_supports("wgmma", p), "");

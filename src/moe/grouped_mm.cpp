@@ -275,17 +275,16 @@ const std::vector<const GroupedBackend*>& all_grouped_backends() {
 }
 
 // A rule from measurement until grouped calls are routed by a table (docs/moe.md, Backends). decode
-// reads only the active experts' weights and loads only the 8-row token tiles that hold rows, so in
-// the masked form its time follows the rows each expert actually holds (M_max only bounds them) and
-// it wins at the few rows per expert of a decode step; wgmma's 128-row tiles cost the same up to 128
-// rows. In the contiguous form decode plans its K split for up to M_total active experts, so its
-// time grows with M_total and wgmma takes over past a few rows. simt runs what neither supports
-// (unaligned operands, other architectures). The contiguous bounds are where decode stopped being
-// the faster on the catalog's expert shapes on an H200.
-constexpr int64_t kDecodeContiguousRows = 16, kDecodeContiguousBlockRows = 8;
+// reads only the active experts' weights and wins at the few rows per expert of a decode step; but it
+// sizes its tiles and K split for the rows it may meet (masked: M_max; contiguous: up to M_total
+// active experts), so past a few rows wgmma's 128-row tiles, whose cost is flat up to 128 rows, take
+// over, also where M_max is only a bound and each expert holds fewer rows. simt runs what neither
+// supports (unaligned operands, other architectures). The bounds are where decode stopped being the
+// faster on the catalog's expert shapes.
+constexpr int64_t kDecodeMaskedRows = 8, kDecodeContiguousRows = 16, kDecodeContiguousBlockRows = 8;
 
 static bool decode_is_faster(const GroupedProblem& p) {
-  if (p.form == GroupedForm::masked) return true;
+  if (p.form == GroupedForm::masked) return p.rows <= kDecodeMaskedRows;
   return p.rows <= (p.scale == ScaleKind::block ? kDecodeContiguousBlockRows : kDecodeContiguousRows);
 }
 
