@@ -13,14 +13,17 @@ t() { local name=$1 tmo=$2; shift 2; local s=$(date +%s); timeout "$tmo" "$@" > 
       echo "$name rc $? $(( $(date +%s) - s )) s" | tee -a $R/rc.txt; }
 snap() { tar czf $OUT/chain1.tgz -C /tmp chain1; }
 nvidia-smi > $R/nvidia-smi.txt 2>&1; git log -1 --format=%H > $R/commit.txt
-t test_norm 45 build/gpu/tests/test_norm
-t test_attention 90 build/gpu/tests/test_attention
-t test_gemm 120 build/gpu/tests/test_gemm --gtest_filter='DecodeBackend.DeepRing*:DecodeBackend.DependentLaunch*:LinearPlanGpu.*'
-grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED" $R/test_*.txt | head -20
-snap
-export FP8ROUTE_FFI_LIB=$W/build/gpu/python/fp8route/_fp8route_ffi.so
-t pytest 90 python3 -m pytest -q -p no:cacheprovider tests/python/test_norm_gpu.py tests/python/test_attention_gpu.py
-tail -3 $R/pytest.txt; snap
+if [ -z "${CHAIN_ONLY:-}" ]; then  # CHAIN_ONLY=1: the chain bench alone; TESTS_ONLY=1: the suites alone
+  t test_norm 45 build/gpu/tests/test_norm
+  t test_attention 90 build/gpu/tests/test_attention
+  t test_gemm 120 build/gpu/tests/test_gemm --gtest_filter='DecodeBackend.DeepRing*:DecodeBackend.DependentLaunch*:LinearPlanGpu.*'
+  grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED" $R/test_*.txt | head -20
+  snap
+  export FP8ROUTE_FFI_LIB=$W/build/gpu/python/fp8route/_fp8route_ffi.so
+  t pytest 90 python3 -m pytest -q -p no:cacheprovider tests/python/test_norm_gpu.py tests/python/test_attention_gpu.py
+  tail -3 $R/pytest.txt; snap
+fi
+[ -n "${TESTS_ONLY:-}" ] && exit 0
 export FP8ROUTE_FFI_LIB=$W/build/gpu/trace/_fp8route_ffi.so
 t chain 200 python3 bench/decode_chain.py --layers 8 --reps 200 --trace-reps 50 --json $R/chain.json
 tail -60 $R/chain.txt; snap

@@ -23,6 +23,7 @@ for round in 1; do
     --json $R/e2e_new_$round.json
   grep -hE "decode batch" $R/e2e_*_$round.txt | head -8; snap
 done
+[ -n "${E2E_ONLY:-}" ] && exit 0  # E2E_ONLY=1: the end-to-end A/B alone
 export FP8ROUTE_FFI_LIB=$W/build/gpu/python/fp8route/_fp8route_ffi.so
 t ring_8b 110 python3 bench/decode_chain.py \
   --models llama-3.1-8b --layers 32 --empty 0 --split none --reps 100 --json $R/ring_8b.json
