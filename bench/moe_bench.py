@@ -13,7 +13,7 @@ figure the decode roofline uses), and TFLOP/s. The simt backend (a correctness r
 routed) runs only with --backends naming it.
 
   python3 bench/moe_bench.py [--layers deepseek_v3.gate_up,...] [--m 1,2,4,8,16,32,64] [--active 8,all]
-                             [--prefill 128,512,2048] [--backends default,decode,wgmma,simt] [--m-max N]
+                             [--prefill 128,512,2048] [--backends default,decode,wgmma,cutlass,simt] [--m-max N]
                              [--json FILE]
 """
 import argparse
@@ -44,7 +44,7 @@ LAYERS = {
     "qwen3_235b_a22b.gate_up": (128, 3072, 4096),
     "qwen3_235b_a22b.down": (128, 4096, 1536),
 }
-BACKENDS = ["", "decode", "wgmma"]  # "" = the default rule
+BACKENDS = ["", "decode", "wgmma", "cutlass"]  # "" = the default rule
 
 
 def counts_for(e, active, m, gen):
@@ -132,7 +132,7 @@ def main():
     ap.add_argument("--active", default="8,all", help="active experts per point ('all' = every expert)")
     ap.add_argument("--prefill", default="256,1024", help="rows per expert, contiguous form, every expert active")
     ap.add_argument("--scales", default="row,block")
-    ap.add_argument("--backends", default="default,decode,wgmma",
+    ap.add_argument("--backends", default="default,decode,wgmma,cutlass",
                     help="fp8route grouped backends ('default' = the layer's rule; simt is the slow reference)")
     ap.add_argument("--m-max", type=int, default=0,
                     help="masked form: M_max (the bound a caller allocates, e.g. the batch size) when larger "

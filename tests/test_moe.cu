@@ -384,6 +384,29 @@ void poison_rows_of_no_group(MoeCase& c) {
 int64_t rows_for(const char* backend, int64_t want) { return std::string(backend) == "decode" ? std::min<int64_t>(want, 64) : want; }
 
 constexpr const char* kFastBackends[] = {"decode", "wgmma"};
+// The backends of the graph and determinism tests: the fast ones and cutlass (tensor and row scales
+// only, so it runs them with row scales).
+constexpr const char* kGraphBackends[] = {"decode", "wgmma", "cutlass"};
+ScaleKind scale_for(const char* backend) {
+  return std::string(backend) == "cutlass" ? ScaleKind::row : ScaleKind::block;
+}
+
+GroupedProblem problem_of(const MoeSpec& s) {
+  GroupedProblem p;
+  p.form = s.form, p.scale = s.scale, p.out = s.out, p.experts = s.experts, p.rows = s.rows, p.n = s.n, p.k = s.k;
+  p.sa_per_expert = s.scale != ScaleKind::tensor || s.sa_per_expert;
+  return p;
+}
+
+// Whether `backend` runs s in this build (cutlass needs the CUTLASS headers at build time); says so
+// when it does not.
+bool runs(const char* backend, const MoeSpec& s) {
+  const std::string why = grouped_supports(backend, problem_of(s));
+  if (why.empty()) return true;
+  if (std::string(backend) != "cutlass") ADD_FAILURE() << backend << " refuses " << test::to_string(s) << ": " << why;
+  else std::printf("skipped: %s\n", why.c_str());
+  return false;
+}
 
 // One case on `backend` against the CPU reference (exact on small integers) and against simt
 // (within tolerance, the same rows written), rows of no group poisoned.
@@ -502,12 +525,14 @@ TEST(MoeFast, RealExpertShapes) {
 
 TEST(MoeFast, OneGraphReplaysEveryRouting) {
   SKIP_WITHOUT_SM90();
-  for (const char* backend : kFastBackends)
+  for (const char* backend : kGraphBackends)
     for (GroupedForm form : {GroupedForm::masked, GroupedForm::contiguous}) {
       std::mt19937_64 rng(seed() + 14);
       MoeSpec s;
       s.form = form, s.experts = 8, s.rows = form == GroupedForm::masked ? 16 : 64, s.n = 256, s.k = 512;
       s.small_integers = true;
+      s.scale = scale_for(backend);
+      if (!runs(backend, s)) continue;
       MoeCase c = make_moe_case(s, rng);
       DeviceCase d = to_device(c);
       cudaStream_t stream;
@@ -544,10 +569,12 @@ TEST(MoeFast, OneGraphReplaysEveryRouting) {
 
 TEST(MoeFast, Deterministic) {
   SKIP_WITHOUT_SM90();
-  for (const char* backend : kFastBackends) {
+  for (const char* backend : kGraphBackends) {
     std::mt19937_64 rng(seed() + 15);
     MoeSpec s;
     s.form = GroupedForm::masked, s.experts = 16, s.rows = 64, s.n = 1024, s.k = 4096;
+    s.scale = scale_for(backend);
+    if (!runs(backend, s)) continue;
     const MoeCase c = make_moe_case(s, rng);
     DeviceCase d = to_device(c);
     grouped_scaled_mm(d.args, backend, nullptr);
@@ -560,9 +587,33 @@ TEST(MoeFast, Deterministic) {
   }
 }
 
-// The default backend follows the documented rule: masked, decode wherever it runs (M_max <= 64);
-// contiguous, decode while M_total <= 16 (<= 8 with block scales); else wgmma; simt for what neither
-// runs.
+// The cutlass backend on what it runs (tensor and row scales, bf16 out): every form and scale case
+// of every_moe_kind against the CPU reference (exact on small integers) and simt, with the wide
+// kernel (77 rows) and the narrow one (3 rows); what it does not run, it names.
+TEST(MoeFast, CutlassGrouped) {
+  SKIP_WITHOUT_SM90();
+  for (bool small : {true, false}) {
+    std::mt19937_64 rng(seed() + 20 + small);
+    for (MoeSpec s : every_moe_kind(small)) {
+      if (s.scale == ScaleKind::block || s.out != DType::bf16) continue;
+      for (int64_t rows : {int64_t{77}, int64_t{3}}) {
+        s.rows = rows;
+        if (!runs("cutlass", s)) GTEST_SKIP() << "the cutlass backend does not run in this build (reason above)";
+        fast_case(s, rng, "cutlass");
+      }
+    }
+  }
+  GroupedProblem p;
+  p.form = GroupedForm::masked, p.experts = 4, p.rows = 8, p.n = 256, p.k = 512, p.scale = ScaleKind::block;
+  EXPECT_NE(grouped_supports("cutlass", p).find("tensor and row scales only"), std::string::npos);
+  p.scale = ScaleKind::row, p.out = DType::f16;
+  EXPECT_NE(grouped_supports("cutlass", p).find("bf16"), std::string::npos);
+  p.out = DType::bf16, p.n = 250;
+  EXPECT_NE(grouped_supports("cutlass", p).find("multiple of 8"), std::string::npos);
+}
+
+// The default backend follows the documented rule: masked, decode while M_max <= 8; contiguous,
+// decode while M_total <= 16 (<= 8 with block scales); else wgmma; simt for what neither runs.
 TEST(MoeFast, DefaultBackendRule) {
   SKIP_WITHOUT_SM90();
   GroupedProblem p;

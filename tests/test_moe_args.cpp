@@ -203,7 +203,7 @@ TEST(MoeArgs, EmptyProblemsEnqueueNothing) {
 }
 
 TEST(MoeArgs, Backends) {
-  ASSERT_EQ(grouped_backends(), (std::vector<std::string>{"simt", "decode", "wgmma"}));
+  ASSERT_EQ(grouped_backends(), (std::vector<std::string>{"simt", "decode", "wgmma", "cutlass"}));
   try {
     grouped_scaled_mm(make(GroupedForm::masked, ScaleKind::row), "nope", nullptr);
     FAIL() << "an unknown backend ran";

@@ -270,7 +270,8 @@ std::string grouped_default_backend(const GroupedProblem& p) {
 namespace moe {
 
 const std::vector<const GroupedBackend*>& all_grouped_backends() {
-  static const std::vector<const GroupedBackend*> list = {&simt_backend(), &decode_backend(), &wgmma_backend()};
+  static const std::vector<const GroupedBackend*> list = {&simt_backend(), &decode_backend(), &wgmma_backend(),
+                                                           &cutlass_backend()};
   return list;
 }
 

@@ -1,0 +1,341 @@
+// The grouped "cutlass" backend: CUTLASS's SM90 pointer-array grouped GEMM (persistent, TMA,
+// warp-specialized cooperative, FP8 with fp32 promotion every 128 of K) over the experts, with
+// tensor and row scales applied in the epilogue, bf16 out. A small kernel on the stream first turns
+// the device counts into CUTLASS's per-group arguments (problem shape, operand, scale and output
+// pointers), so nothing is read back to the host and a call captures in a CUDA graph.
+//
+// Two kernels: "wide" (128 x 128 tiles of y, for groups of many rows) and "narrow" (swap-AB: CUTLASS
+// computes y^T = b a^T per expert, the weight rows fill its 128-wide M and the expert's rows its
+// 32-wide N, for the few rows per expert of decode steps). Each expert is one group; an expert
+// without rows is a group of zero tiles, and so reads nothing.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "fp8route/error.h"
+#include "moe/backend.h"
+#include "moe/sm90/launch.cuh"
+
+#ifdef FP8ROUTE_HAVE_CUTLASS
+#include <array>
+#include <mutex>
+#include <type_traits>
+
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_types.h>
+#include <cute/tensor.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/group_array_problem_shape.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+
+#include "core/workspace.h"
+#include "fp8route/device.h"
+#include "fp8route/tuning/cuda_check.h"
+#include "moe/groups.cuh"
+#endif
+
+namespace fp8route::moe {
+
+#ifdef FP8ROUTE_HAVE_CUTLASS
+namespace cutlass_grouped {
+
+using namespace cute;
+namespace fusion = cutlass::epilogue::fusion;
+
+template <int kTileM, int kTileN, bool kSwapAB>
+struct Kernel {
+  static constexpr bool kSwap = kSwapAB;
+  using TileShape = Shape<Int<kTileM>, Int<kTileN>, _128>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using E4m3 = cutlass::float_e4m3_t;
+  using OutT = cutlass::bfloat16_t;
+  using LayoutA = cutlass::layout::RowMajor;     // K-major
+  using LayoutB = cutlass::layout::ColumnMajor;  // K-major
+  using LayoutD = std::conditional_t<kSwap, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  static constexpr int kAlignAB = 16, kAlignD = 8;
+  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+  // One pointer per group; each a vector or (tensor scales) a scalar, chosen at run time. Scalar
+  // loads (alignment 1): a group's first row of scale_a can be any row.
+  using PerRow = fusion::Sm90ColBroadcast<0, TileShape, float*, float, Stride<bool, _0, _0>, 1>;
+  using PerCol = fusion::Sm90RowBroadcast<0, TileShape, float*, float, Stride<_0, bool, _0>, 1>;
+  using ScaleA = std::conditional_t<kSwap, PerCol, PerRow>;  // per token: y's row
+  using ScaleB = std::conditional_t<kSwap, PerRow, PerCol>;  // per channel: y's column
+  // (acc * sa) * sb: the order of the reference and of the other grouped backends.
+  using AccSa = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
+                                fusion::Sm90AccFetch, ScaleA>;
+  using Fusion = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, OutT, float, kRound>, AccSa, ScaleB>;
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, OutT, LayoutD*,
+      kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E4m3, LayoutA*, kAlignAB, E4m3, LayoutB*, kAlignAB, float,
+      TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+  using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+  using Shape3 = typename ProblemShape::UnderlyingProblemShape;
+  using StrideA = typename GemmKernel::InternalStrideA;
+  using StrideB = typename GemmKernel::InternalStrideB;
+  using StrideD = typename GemmKernel::InternalStrideD;
+};
+
+// A stride type with its one dynamic leading stride set (mode 0 for K-major / row-major, mode 1 for
+// column-major), as the dense CUTLASS backend does.
+template <class S>
+S leading_stride(int64_t ld) {
+  S s{};
+  if constexpr (is_static_v<std::remove_cvref_t<decltype(get<0>(s))>>)
+    get<1>(s) = ld;
+  else
+    get<0>(s) = ld;
+  return s;
+}
+
+// CUTLASS's per-group arguments, in one workspace buffer.
+template <class K>
+struct Arrays {
+  typename K::Shape3* shapes;
+  const typename K::E4m3** a;
+  const typename K::E4m3** b;
+  typename K::OutT** d;
+  const float** sa;
+  const float** sb;
+  typename K::StrideA* da;
+  typename K::StrideB* db;
+  typename K::StrideD* dd;
+};
+
+template <class K>
+struct PrepareParams {
+  Arrays<K> arr;
+  kernels::moe::Groups groups;
+  const uint8_t* a;
+  const uint8_t* b;
+  void* out;
+  const float* sa;
+  const float* sb;
+  int n, k;
+  bool row;            // row scales: sa per token, sb per channel of each expert
+  bool sa_per_expert;  // tensor scales: sa [E] (else one element)
+  typename K::StrideA da;
+  typename K::StrideB db;
+  typename K::StrideD dd;
+};
+
+// One thread per expert: its rows from the device counts (clamped as the other backends clamp them).
+template <class K>
+__global__ void prepare_groups(const PrepareParams<K> p) {
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= p.groups.experts) return;
+  const kernels::moe::GroupRows g = kernels::moe::group_rows(p.groups, e);
+  const auto* a = reinterpret_cast<const typename K::E4m3*>(p.a + int64_t(g.row0) * p.k);
+  const auto* b = reinterpret_cast<const typename K::E4m3*>(p.b + int64_t(e) * p.n * p.k);
+  if constexpr (K::kSwap) {
+    p.arr.shapes[e] = typename K::Shape3(p.n, g.count, p.k);
+    p.arr.a[e] = b;
+    p.arr.b[e] = a;
+  } else {
+    p.arr.shapes[e] = typename K::Shape3(g.count, p.n, p.k);
+    p.arr.a[e] = a;
+    p.arr.b[e] = b;
+  }
+  p.arr.d[e] = static_cast<typename K::OutT*>(p.out) + int64_t(g.row0) * p.n;
+  p.arr.sa[e] = p.row ? p.sa + g.row0 : (p.sa_per_expert ? p.sa + e : p.sa);
+  p.arr.sb[e] = p.row ? p.sb + int64_t(e) * p.n : p.sb + e;
+  p.arr.da[e] = p.da;
+  p.arr.db[e] = p.db;
+  p.arr.dd[e] = p.dd;
+}
+
+constexpr size_t round16(size_t v) { return (v + 15) / 16 * 16; }
+
+template <class K>
+size_t arrays_bytes(int64_t experts) {
+  const size_t e = static_cast<size_t>(experts);
+  return round16(e * sizeof(typename K::Shape3)) + 5 * round16(e * sizeof(void*)) +
+         round16(e * sizeof(typename K::StrideA)) + round16(e * sizeof(typename K::StrideB)) +
+         round16(e * sizeof(typename K::StrideD));
+}
+
+template <class K>
+Arrays<K> carve(void* base, int64_t experts) {
+  const size_t e = static_cast<size_t>(experts);
+  char* p = static_cast<char*>(base);
+  auto take = [&](size_t bytes) {
+    char* q = p;
+    p += round16(bytes);
+    return q;
+  };
+  Arrays<K> r;
+  r.shapes = reinterpret_cast<typename K::Shape3*>(take(e * sizeof(typename K::Shape3)));
+  r.a = reinterpret_cast<const typename K::E4m3**>(take(e * sizeof(void*)));
+  r.b = reinterpret_cast<const typename K::E4m3**>(take(e * sizeof(void*)));
+  r.d = reinterpret_cast<typename K::OutT**>(take(e * sizeof(void*)));
+  r.sa = reinterpret_cast<const float**>(take(e * sizeof(void*)));
+  r.sb = reinterpret_cast<const float**>(take(e * sizeof(void*)));
+  r.da = reinterpret_cast<typename K::StrideA*>(take(e * sizeof(typename K::StrideA)));
+  r.db = reinterpret_cast<typename K::StrideB*>(take(e * sizeof(typename K::StrideB)));
+  r.dd = reinterpret_cast<typename K::StrideD*>(take(e * sizeof(typename K::StrideD)));
+  return r;
+}
+
+template <class Node>
+typename Node::Arguments broadcast(const float* const* p, bool vector) {
+  typename Node::StrideMNL s{};
+  if constexpr (std::is_same_v<std::remove_cvref_t<decltype(get<0>(s))>, bool>)
+    get<0>(s) = vector;
+  else
+    get<1>(s) = vector;
+  return {p, 0.0f, s};
+}
+
+inline void check_status(cutlass::Status s, const char* what) {
+  if (s == cutlass::Status::kSuccess) return;
+  const cudaError_t e = cudaGetLastError();
+  FP8ROUTE_FAIL(ErrorCategory::cuda_error, "grouped cutlass: " << what << " failed: " << cutlassGetStatusString(s)
+                                                                 << (e != cudaSuccess ? std::string(" (") +
+                                                                                            cudaGetErrorString(e) + ")"
+                                                                                      : ""));
+}
+
+template <class K>
+typename K::Gemm::Arguments arguments(const GroupedProblem& p, const Arrays<K>& arr, const DeviceInfo& dev) {
+  typename K::Gemm::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.problem_shape = {static_cast<int>(p.experts), arr.shapes, nullptr};  // shapes on the device only
+  args.mainloop.ptr_A = arr.a;
+  args.mainloop.dA = arr.da;
+  args.mainloop.ptr_B = arr.b;
+  args.mainloop.dB = arr.db;
+  const bool row = p.scale == ScaleKind::row;
+  args.epilogue.thread = {{{}, broadcast<typename K::ScaleA>(arr.sa, row), {}},
+                          broadcast<typename K::ScaleB>(arr.sb, row),
+                          {}};
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = nullptr;
+  args.epilogue.ptr_D = arr.d;
+  args.epilogue.dD = arr.dd;
+  args.hw_info.device_id = dev.index;
+  args.hw_info.sm_count = dev.sm_count;
+  return args;
+}
+
+template <class K>
+void run_kernel(const GroupedProblem& p, const GroupedOperands& ops, Workspaces& workspaces, cudaStream_t stream) {
+  const DeviceInfo& dev = device_info(-1);
+  const char* who = K::kSwap ? "grouped cutlass (narrow)" : "grouped cutlass (wide)";
+  // The per-group arrays first, then CUTLASS's own workspace (its tensor maps), in one buffer that
+  // belongs to this stream (or to the graph being captured): concurrent calls never share it.
+  const size_t head = arrays_bytes<K>(p.experts);
+  Arrays<K> probe{};
+  const size_t cutlass_bytes = K::Gemm::get_workspace_size(arguments<K>(p, probe, dev));
+  void* base = workspaces.get(dev.index, head + cutlass_bytes, stream, who);
+  const Arrays<K> arr = carve<K>(base, p.experts);
+  void* cutlass_ws = cutlass_bytes == 0 ? nullptr : static_cast<char*>(base) + head;
+
+  PrepareParams<K> pp{};
+  pp.arr = arr;
+  pp.groups = {ops.groups, static_cast<int>(p.experts), static_cast<int>(p.rows), p.form == GroupedForm::masked,
+               p.offsets_with_start};
+  pp.a = ops.a;
+  pp.b = ops.b;
+  pp.out = ops.out;
+  pp.sa = static_cast<const float*>(ops.sa);
+  pp.sb = ops.sb;
+  pp.n = static_cast<int>(p.n);
+  pp.k = static_cast<int>(p.k);
+  pp.row = p.scale == ScaleKind::row;
+  pp.sa_per_expert = p.sa_per_expert;
+  // A and B are K-major with row stride K; D is y's rows (row stride N), or y^T column-major with
+  // column stride N when swapped: the same bytes.
+  pp.da = leading_stride<typename K::StrideA>(p.k);
+  pp.db = leading_stride<typename K::StrideB>(p.k);
+  pp.dd = leading_stride<typename K::StrideD>(p.n);
+  constexpr int kThreads = 128;
+  const int blocks = static_cast<int>((p.experts + kThreads - 1) / kThreads);
+  prepare_groups<K><<<blocks, kThreads, 0, stream>>>(pp);
+  FP8ROUTE_CUDA_CHECK(cudaGetLastError());
+
+  const typename K::Gemm::Arguments args = arguments<K>(p, arr, dev);
+  check_status(K::Gemm::can_implement(args), "can_implement");
+  check_status(K::GemmKernel::initialize_workspace(args, cutlass_ws, stream), "workspace initialization");
+  typename K::GemmKernel::Params params = K::GemmKernel::to_underlying_arguments(args, cutlass_ws);
+  static std::array<std::once_flag, 64> once;
+  std::call_once(once.at(static_cast<size_t>(dev.index)), [] {
+    FP8ROUTE_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<typename K::GemmKernel>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             K::GemmKernel::SharedStorageSize));
+  });
+  check_status(K::Gemm::run(params, stream), "launch");
+}
+
+using Wide = Kernel<128, 128, false>;
+using Narrow = Kernel<128, 32, true>;
+
+}  // namespace cutlass_grouped
+#endif  // FP8ROUTE_HAVE_CUTLASS
+
+namespace {
+
+// Groups of at most this many rows (masked: M_max; contiguous: M_total) run the narrow kernel.
+constexpr int64_t kNarrowRows = 64;
+
+class CutlassGroupedBackend final : public GroupedBackend {
+ public:
+  std::string_view name() const override { return "cutlass"; }
+
+  std::string supports(const GroupedProblem& p) const override {
+#ifndef FP8ROUTE_HAVE_CUTLASS
+    (void)p;
+    return "cutlass: this build has no CUTLASS headers (scripts/setup.sh installs them)";
+#else
+    if (p.scale == ScaleKind::block) return "cutlass: tensor and row scales only (block scales: decode, wgmma, simt)";
+    if (p.out != DType::bf16) return "cutlass: out must be bf16";
+    if (std::string why = sm90_operands_reason(p, "cutlass", std::numeric_limits<int32_t>::max()); !why.empty())
+      return why;
+    if (p.n % 8 != 0) return "cutlass: N must be a multiple of 8 (16-byte aligned output rows for TMA stores), got " +
+                             std::to_string(p.n);
+    if (p.n > std::numeric_limits<int32_t>::max() || p.k > std::numeric_limits<int32_t>::max())
+      return "cutlass: N and K must be int32";
+    return sm90_device_reason("cutlass");
+#endif
+  }
+
+  void run(const GroupedProblem& p, const GroupedOperands& ops, cudaStream_t stream) const override {
+#ifdef FP8ROUTE_HAVE_CUTLASS
+    if (p.rows <= kNarrowRows)
+      cutlass_grouped::run_kernel<cutlass_grouped::Narrow>(p, ops, workspaces_, stream);
+    else
+      cutlass_grouped::run_kernel<cutlass_grouped::Wide>(p, ops, workspaces_, stream);
+#else
+    (void)p, (void)ops, (void)stream;
+    FP8ROUTE_FAIL(ErrorCategory::unsupported, "cutlass: this build has no CUTLASS headers");
+#endif
+  }
+
+#ifdef FP8ROUTE_HAVE_CUTLASS
+ private:
+  mutable Workspaces workspaces_{"grouped cutlass workspace"};
+#endif
+};
+
+}  // namespace
+
+const GroupedBackend& cutlass_backend() {
+  static const CutlassGroupedBackend backend;
+  return backend;
+}
+
+}  // namespace fp8route::moe
