@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "fp8route/error.h"
@@ -82,6 +83,48 @@ TEST(MoeGlueArgs, SoftmaxTopkWithNoTokensEnqueuesNothing) {
                ids = TensorView::contiguous(nullptr, DType::i32, {0, 8});
     EXPECT_NO_THROW(moe_softmax_topk(l, true, w, ids, nullptr)) << dtype_name(d);
   }
+}
+
+// ---- moe_grouped_topk ----------------------------------------------------------------------------
+
+TEST(MoeGlueArgs, GroupedTopkNamesEachBadArgument) {
+  const Topk a;  // E = 128, top_k = 8
+  const TensorView bias = tensor(3, DType::f32, {128});
+  EXPECT_NAMES(moe_grouped_topk(tensor(0, DType::i32, {3, 128}), bias, 8, 4, true, 2.5, a.w(), a.ids(), nullptr),
+               "logits: dtype");
+  EXPECT_NAMES(moe_grouped_topk(tensor(0, DType::bf16, {3, 1}), tensor(3, DType::f32, {1}), 1, 1, true, 1.0, a.w(),
+                                a.ids(), nullptr),
+               "logits: E = 1");
+  EXPECT_NAMES(moe_grouped_topk(a.l(), tensor(3, DType::bf16, {128}), 8, 4, true, 1.0, a.w(), a.ids(), nullptr),
+               "bias: dtype");
+  EXPECT_NAMES(moe_grouped_topk(a.l(), tensor(3, DType::f32, {64}), 8, 4, true, 1.0, a.w(), a.ids(), nullptr),
+               "bias: expected shape");
+  EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 3, 1, true, 1.0, a.w(), a.ids(), nullptr), "n_group: 3");     // 128 % 3
+  EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 64, 4, true, 1.0, a.w(), a.ids(), nullptr), "n_group: 64");   // > 32
+  EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 0, true, 1.0, a.w(), a.ids(), nullptr), "topk_group: 0");
+  EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 9, true, 1.0, a.w(), a.ids(), nullptr), "topk_group: 9");
+  EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 4, true, std::numeric_limits<double>::infinity(), a.w(), a.ids(), nullptr),
+               "scaling_factor: must be finite");
+  // top_k above what the kept groups hold: 1 group of 16 experts kept, 17 asked.
+  EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 1, true, 1.0, tensor(1, DType::f32, {3, 17}),
+                                tensor(2, DType::i32, {3, 17}), nullptr),
+               "top_k: 17");
+  EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 4, true, 1.0, tensor(1, DType::f32, {3, 0}),
+                                tensor(2, DType::i32, {3, 0}), nullptr),
+               "top_k: 0");
+  EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 4, true, 1.0, a.w(), tensor(2, DType::i32, {3, 4}), nullptr),
+               "ids: expected shape");
+  EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 4, true, 1.0, a.w(), tensor(3, DType::i32, {3, 8}), nullptr),
+               "ids and bias overlap");
+  TensorView host = bias;
+  host.device = Device::cpu();
+  EXPECT_NAMES(moe_grouped_topk(a.l(), host, 8, 4, true, 1.0, a.w(), a.ids(), nullptr), "bias: ");
+}
+
+TEST(MoeGlueArgs, GroupedTopkWithNoTokensEnqueuesNothing) {
+  TensorView l = TensorView::contiguous(nullptr, DType::bf16, {0, 256}), w = TensorView::contiguous(nullptr, DType::f32, {0, 8}),
+             ids = TensorView::contiguous(nullptr, DType::i32, {0, 8});
+  EXPECT_NO_THROW(moe_grouped_topk(l, tensor(3, DType::f32, {256}), 8, 4, true, 2.5, w, ids, nullptr));
 }
 
 // ---- moe_masked_dispatch -------------------------------------------------------------------------

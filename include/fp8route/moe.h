@@ -133,6 +133,18 @@ inline constexpr int64_t kMoeDispatchMaxEntries = 4096;
 void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorView& weights, const TensorView& ids,
                       cudaStream_t stream);
 
+// DeepSeek-V3 routing: s = sigmoid(logits[t]) in fp32 and the choice score c = s + bias (bias f32
+// [E], the load-balancing correction); each of n_group groups of E / n_group (>= 2) experts is scored
+// by the sum of its two best c, the topk_group best groups are kept (equal scores: the lower group),
+// and the top_k largest c among their experts are chosen (equal c: the lower expert index), in
+// decreasing c. Weights: s of the chosen, divided by their sum when `renormalize`, times
+// scaling_factor (routed_scaling_factor). logits [T, E] bf16/f16/f32 (2 <= E <= kMoeMaxExperts),
+// 1 <= n_group <= 32, 1 <= topk_group <= n_group, weights f32 and ids int32 [T, top_k] with 1 <= top_k
+// <= min(topk_group * E / n_group, kMoeMaxTopK). NaN scores give unspecified ids (always in [0, E)).
+void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t n_group, int64_t topk_group,
+                      bool renormalize, double scaling_factor, const TensorView& weights, const TensorView& ids,
+                      cudaStream_t stream);
+
 // Masked dispatch: entry (t, j) of ids int32 [T, top_k] (T * top_k <= kMoeDispatchMaxEntries) goes to
 // row e * m_max + pos of the [E * m_max] masked rows, e = ids[t, j] (mapped first through expert_map
 // int32 [E_global] when given: global id -> local id or -1), pos = the number of earlier entries in

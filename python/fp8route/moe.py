@@ -105,6 +105,35 @@ def _softmax_topk(logits, top_k, renormalize):
     return w, ids
 
 
+def moe_grouped_topk(logits, top_k, bias, n_group, topk_group, renormalize=True, scaling_factor=1.0):
+    """grouped_topk (DeepSeek-V3's routing) in one kernel: logits [T, E] (bf16, f16 or f32; 2 <= E <= 1024),
+    bias [E] (the load-balancing correction, taken as f32), n_group <= 32 groups of E / n_group >= 2
+    experts, 1 <= topk_group <= n_group, 1 <= top_k <= min(topk_group * E / n_group, 16). Returns
+    (weights f32 [T, top_k], ids int32 [T, top_k]) in decreasing choice score; equal scores: the lower
+    group and the lower expert index first (torch.topk on CUDA promises no order for ties). The ids
+    equal grouped_topk's where no scores tie; weights agree within 1e-6 relative (their sum is added in
+    another order)."""
+    if torch is not None and torch.compiler.is_compiling():
+        return torch.ops.fp8route.moe_grouped_topk(logits, top_k, bias, int(n_group), int(topk_group),
+                                                   bool(renormalize), float(scaling_factor))
+    return _grouped_topk(logits, top_k, bias, n_group, topk_group, renormalize, scaling_factor)
+
+
+def _grouped_topk(logits, top_k, bias, n_group, topk_group, renormalize, scaling_factor):
+    if not _is_torch(logits) or not _is_torch(bias):
+        raise ValueError(_NOT_TORCH)
+    if logits.dim() != 2:
+        raise ValueError(f"logits: expected 2 dims [T, E], got {tuple(logits.shape)}")
+    if not 1 <= top_k <= 16:
+        raise ValueError(f"top_k: must be in [1, min(topk_group * E / n_group, 16)], got {top_k}")
+    t, device = logits.shape[0], logits.device
+    w = torch.empty(size=(t, top_k), dtype=torch.float32, device=device)
+    ids = torch.empty(size=(t, top_k), dtype=torch.int32, device=device)
+    lib.moe_grouped_topk(logits, bias.float().contiguous(), w, ids, int(n_group), int(topk_group), bool(renormalize),
+                         float(scaling_factor))
+    return w, ids
+
+
 def moe_masked_dispatch(ids, experts, m_max, expert_map=None):
     """masked_dispatch in one kernel: ids int32 [T, top_k] (T * top_k <= 4096), mapped first through
     expert_map (int32 [E_global]: global id -> local id or -1) when given. Entry (t, j) goes to row
@@ -199,6 +228,15 @@ if torch is not None:
         lambda logits, top_k, renormalize: (logits.new_empty((logits.shape[0], top_k), dtype=torch.float32),
                                             logits.new_empty((logits.shape[0], top_k), dtype=torch.int32)),
         lib=_LIB)
+    _LIB.define("moe_grouped_topk(Tensor logits, int top_k, Tensor bias, int n_group, int topk_group, "
+                "bool renormalize, float scaling_factor) -> (Tensor, Tensor)")
+    _LIB.impl("moe_grouped_topk", _grouped_topk, "CompositeExplicitAutograd")
+    torch.library.register_fake(
+        "fp8route::moe_grouped_topk",
+        lambda logits, top_k, bias, n_group, topk_group, renormalize, scaling_factor: (
+            logits.new_empty((logits.shape[0], top_k), dtype=torch.float32),
+            logits.new_empty((logits.shape[0], top_k), dtype=torch.int32)),
+        lib=_LIB)
     _LIB.define("moe_masked_dispatch(Tensor ids, int experts, int m_max, Tensor? expert_map) -> (Tensor, Tensor)")
     _LIB.impl("moe_masked_dispatch", _masked_dispatch, "CompositeExplicitAutograd")
     torch.library.register_fake(
@@ -272,9 +310,9 @@ if torch is not None:
             if expert_map is not None and (expert_map.dim() != 1 or int(expert_map.max()) >= e):
                 raise ValueError(f"expert_map: int [E_global] of local indices < {e} or -1, got {tuple(expert_map.shape)}")
             self.register_buffer("expert_map", None if expert_map is None else expert_map.to(torch.int32))
-            # The masked form's glue runs as the fused kernels (moe_softmax_topk for softmax routing,
-            # moe_masked_dispatch, scatter_per_token_quant for row scales, moe_combine) where they take
-            # the call; False runs moe_routing's torch code instead (the tests' reference for them).
+            # The masked form's glue runs as the fused kernels (moe_softmax_topk or moe_grouped_topk
+            # for the routing, moe_masked_dispatch, scatter_per_token_quant for row scales,
+            # moe_combine) where they take the call; False runs moe_routing's torch code instead (the tests' reference for them).
             self._fused_glue = True
 
         def route(self, router_logits):
@@ -288,6 +326,12 @@ if torch is not None:
             return (self._fused_glue and t * self.top_k <= _GLUE_MAX_ENTRIES and self.hidden % 8 == 0
                     and (self.routing != "softmax" or router_logits.shape[-1] <= _GLUE_MAX_EXPERTS))
 
+        def _grouped_topk_fits(self, router_logits):
+            """Whether sigmoid routing runs as moe_grouped_topk (its bounds: docs/moe.md)."""
+            e, g = router_logits.shape[-1], self.n_group
+            return (2 <= e <= _GLUE_MAX_EXPERTS and 1 <= g <= 32 and e % g == 0 and e // g >= 2
+                    and 1 <= self.topk_group <= g and self.top_k <= min(16, self.topk_group * (e // g)))
+
         def forward(self, x, router_logits):
             from . import ops
             t, h, e = x.shape[0], self.hidden, self.experts
@@ -296,6 +340,10 @@ if torch is not None:
             fused = masked and self._glue_fits(t, router_logits)
             if fused and self.routing == "softmax":
                 weights, ids = moe_softmax_topk(router_logits.contiguous(), self.top_k, self.renormalize)
+            elif fused and self._grouped_topk_fits(router_logits):
+                weights, ids = moe_grouped_topk(router_logits.contiguous(), self.top_k, self.e_score_correction_bias,
+                                                self.n_group, self.topk_group, self.renormalize,
+                                                self.routed_scaling_factor)
             else:
                 weights, ids = self.route(router_logits)
             if self.expert_map is not None and not fused:  # the fused dispatch maps the ids itself

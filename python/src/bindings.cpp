@@ -446,6 +446,15 @@ void moe_softmax_topk(FfiTensor logits, FfiTensor weights, FfiTensor ids, bool r
   });
 }
 
+void moe_grouped_topk(FfiTensor logits, FfiTensor bias, FfiTensor weights, FfiTensor ids, int64_t n_group,
+                      int64_t topk_group, bool renormalize, double scaling_factor) {
+  guarded([&] {
+    const DeviceGuard device(logits);
+    fp8route::moe_grouped_topk(view(logits, "logits"), view(bias, "bias"), n_group, topk_group, renormalize,
+                               scaling_factor, view(weights, "weights"), view(ids, "ids"), stream_of(logits));
+  });
+}
+
 void moe_masked_dispatch(FfiTensor ids, bool mapped, FfiTensor expert_map, int64_t m_max, FfiTensor src2dst,
                          FfiTensor masked_m) {
   guarded([&] {
@@ -766,6 +775,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm, scaled_mm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scaled_mm_bias, scaled_mm_bias);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_scaled_mm, grouped_scaled_mm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_softmax_topk, moe_softmax_topk);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_grouped_topk, moe_grouped_topk);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_masked_dispatch, moe_masked_dispatch);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_combine, moe_combine);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(explain, explain);

@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 
@@ -85,6 +86,98 @@ __global__ void __launch_bounds__(kTopkWarps * 32)
   }
   if (lane < top_k) {
     weights[static_cast<int64_t>(t) * top_k + lane] = renormalize ? __fdiv_rn(w_mine, total) : w_mine;
+    ids[static_cast<int64_t>(t) * top_k + lane] = id_mine;
+  }
+}
+
+// ---- DeepSeek-V3 grouped top-k: one warp per token ------------------------------------------------
+
+constexpr int kGroupedTopkMaxGroups = 32;  // a group per lane when the groups are ranked
+
+// Of (v, i) and (ov, oi): whether the other is the better, larger value first, then the lower index.
+__device__ __forceinline__ bool better(float ov, int oi, float v, int i) { return ov > v || (ov == v && oi < i); }
+
+// A warp's token: s = sigmoid(logit) and the choice score c = s + bias (clamped to >= -FLT_MAX, so
+// that a NaN or -inf score is the lowest choosable, never outside [0, E)) in shared memory; each
+// group scored by the sum of its two best c; the topk_group best groups kept; then top_k rounds of a
+// (c, index) arg-max over the kept groups' experts, each winner marked taken (-inf). Weights: s of
+// the chosen, over their sum when renormalize, times scaling.
+template <class InT>
+__global__ void __launch_bounds__(kTopkWarps * 32)
+    grouped_topk_kernel(const InT* logits, const float* bias, int tokens, int experts, int n_group, int topk_group,
+                        int top_k, bool renormalize, float scaling, float* weights, int32_t* ids) {
+  griddep_launch_dependents();
+  griddep_wait();
+  extern __shared__ float topk_smem[];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int t = static_cast<int>(blockIdx.x) * kTopkWarps + warp;
+  if (t >= tokens) return;
+  float* s = topk_smem + warp * 2 * experts;
+  float* c = s + experts;
+  const InT* row = logits + static_cast<int64_t>(t) * experts;
+  for (int e = lane; e < experts; e += 32) {
+    const float x = logit(row, e);
+    s[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+    c[e] = fmaxf(__fadd_rn(s[e], bias[e]), -FLT_MAX);  // fmaxf(NaN, y) = y
+  }
+  __syncwarp();
+  // Group scores: the lane of group g keeps it (n_group <= 32).
+  const int gsize = experts / n_group;
+  float my_score = -INFINITY;
+  for (int g = 0; g < n_group; ++g) {
+    float b1 = -INFINITY, b2 = -INFINITY;  // this lane's two best of the group
+    for (int e = g * gsize + lane; e < (g + 1) * gsize; e += 32) {
+      const float v = c[e];
+      if (v > b1) b2 = b1, b1 = v;
+      else if (v > b2) b2 = v;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      const float o1 = __shfl_xor_sync(0xffffffffu, b1, off), o2 = __shfl_xor_sync(0xffffffffu, b2, off);
+      const float hi = fmaxf(b1, o1);
+      b2 = fmaxf(fminf(b1, o1), fmaxf(b2, o2));
+      b1 = hi;
+    }
+    if (lane == g) my_score = __fadd_rn(b1, b2);
+  }
+  // The topk_group best groups (ties: the lower group), as a bit mask.
+  unsigned keep = 0;
+  float gs = lane < n_group ? my_score : -INFINITY;
+  bool taken_group = lane >= n_group;
+  for (int r = 0; r < topk_group; ++r) {
+    float best = taken_group ? -INFINITY : gs;
+    int bi = taken_group ? kGroupedTopkMaxGroups : lane;
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (better(ov, oi, best, bi)) best = ov, bi = oi;
+    }
+    keep |= 1u << bi;
+    if (lane == bi) taken_group = true;
+  }
+  for (int e = lane; e < experts; e += 32)
+    if (!((keep >> (e / gsize)) & 1u)) c[e] = -INFINITY;
+  __syncwarp();
+  float w_mine = 0.0f, total = 0.0f;
+  int id_mine = 0;
+  for (int k = 0; k < top_k; ++k) {
+    float best = -INFINITY;
+    int bi = experts;
+    for (int e = lane; e < experts; e += 32)  // ascending e: a tie keeps the lower index
+      if (c[e] > best) best = c[e], bi = e;
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (better(ov, oi, best, bi)) best = ov, bi = oi;
+    }
+    const float w = s[bi];  // bi < E: the kept groups hold at least top_k choosable experts
+    if (lane == k) w_mine = w, id_mine = bi;
+    total = __fadd_rn(total, w);
+    if (bi % 32 == lane) c[bi] = -INFINITY;
+    __syncwarp();
+  }
+  if (lane < top_k) {
+    const float w = renormalize ? __fdiv_rn(w_mine, total) : w_mine;
+    weights[static_cast<int64_t>(t) * top_k + lane] = __fmul_rn(w, scaling);
     ids[static_cast<int64_t>(t) * top_k + lane] = id_mine;
   }
 }
@@ -237,6 +330,59 @@ void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorVi
                   static_cast<const InT*>(logits.data), static_cast<int>(tokens), static_cast<int>(experts),
                   static_cast<int>(top_k), renormalize, static_cast<float*>(weights.data),
                   static_cast<int32_t*>(ids.data));
+  });
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t n_group, int64_t topk_group,
+                      bool renormalize, double scaling_factor, const TensorView& weights, const TensorView& ids,
+                      cudaStream_t stream) {
+  check_device_tensor(logits, "logits");
+  check_dtype(logits, "logits", {DType::bf16, DType::f16, DType::f32});
+  check_ndim(logits, "logits", 2, "[T, E]");
+  FP8ROUTE_CHECK(logits.is_contiguous(), "logits: must be contiguous, got " << to_string(logits));
+  const int64_t tokens = logits.size(0), experts = logits.size(1);
+  FP8ROUTE_CHECK(experts >= 2 && experts <= kMoeMaxExperts,
+                 "logits: E = " << experts << " experts, expected 2 to " << kMoeMaxExperts
+                                << " (one token's scores are held in shared memory)");
+  check_device_tensor(bias, "bias");
+  check_dtype(bias, "bias", {DType::f32});
+  const int64_t bias_shape[1] = {experts};
+  check_contiguous_shape(bias, "bias", bias_shape, 1);
+  FP8ROUTE_CHECK(n_group >= 1 && n_group <= kernels::kGroupedTopkMaxGroups && experts % n_group == 0 &&
+                     experts / n_group >= 2,
+                 "n_group: " << n_group << " must divide E = " << experts << " into groups of at least 2 experts, and be at most "
+                             << kernels::kGroupedTopkMaxGroups);
+  FP8ROUTE_CHECK(topk_group >= 1 && topk_group <= n_group,
+                 "topk_group: " << topk_group << " must be in [1, n_group = " << n_group << "]");
+  FP8ROUTE_CHECK(std::isfinite(scaling_factor), "scaling_factor: must be finite, got " << scaling_factor);
+  check_device_tensor(weights, "weights");
+  check_ndim(weights, "weights", 2, "[T, top_k]");
+  const int64_t top_k = weights.size(1), choosable = topk_group * (experts / n_group);
+  FP8ROUTE_CHECK(top_k >= 1 && top_k <= std::min(choosable, kMoeMaxTopK),
+                 "top_k: " << top_k << " (weights' last dim) must be in [1, min(topk_group x E / n_group = "
+                           << choosable << ", " << kMoeMaxTopK << ")]");
+  check_entries(weights, "weights", DType::f32, tokens, top_k);
+  check_entries(ids, "ids", DType::i32, tokens, top_k);
+  FP8ROUTE_CHECK(tokens <= 0x7FFFFFFF, "logits: at most 2^31-1 tokens, got " << tokens);
+  check_same_device(bias, "bias", logits, "logits");
+  check_same_device(weights, "weights", logits, "logits");
+  check_same_device(ids, "ids", logits, "logits");
+  check_no_overlap(weights, "weights", logits, "logits");
+  check_no_overlap(ids, "ids", logits, "logits");
+  check_no_overlap(weights, "weights", bias, "bias");
+  check_no_overlap(ids, "ids", bias, "bias");
+  check_no_overlap(weights, "weights", ids, "ids");
+  if (tokens == 0) return;
+  check_glue_device();
+  const dim3 grid(static_cast<unsigned>((tokens + kernels::kTopkWarps - 1) / kernels::kTopkWarps));
+  const size_t smem = static_cast<size_t>(kernels::kTopkWarps) * static_cast<size_t>(experts) * 2 * 4;
+  quant_launch::dispatch_float(logits.dtype, [&]<class InT>() {
+    launch_kernel(kernels::grouped_topk_kernel<InT>, glue_shape(grid, kernels::kTopkWarps * 32, smem), stream,
+                  static_cast<const InT*>(logits.data), static_cast<const float*>(bias.data), static_cast<int>(tokens),
+                  static_cast<int>(experts), static_cast<int>(n_group), static_cast<int>(topk_group),
+                  static_cast<int>(top_k), renormalize, static_cast<float>(scaling_factor),
+                  static_cast<float*>(weights.data), static_cast<int32_t*>(ids.data));
   });
   FP8ROUTE_CHECK_LAUNCH();
 }

@@ -130,6 +130,8 @@ def test_moe_glue_refuses_host_memory_with_the_argument_named():
         fp8route.moe_softmax_topk(np.zeros((2, 8), np.float32), 2)  # numpy in: fp8route allocates only with torch
     with pytest.raises(ValueError, match="out: required"):
         fp8route.moe_masked_dispatch(src2dst, 8, 2)
+    with pytest.raises(ValueError, match="out: required"):
+        fp8route.moe_grouped_topk(np.zeros((2, 8), np.float32), 2, np.zeros(8, np.float32), 4, 2)
 
 
 def test_explain_output_is_the_cli_format():

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the MoE glu
 
 import fp8route  # noqa: E402  (after the skip: importing needs the native module too)
 from fp8route import ops  # noqa: E402
-from fp8route.moe_routing import _combine, masked_dispatch, softmax_topk  # noqa: E402
+from fp8route.moe_routing import _combine, grouped_topk, masked_dispatch, softmax_topk  # noqa: E402
 from test_moe import _layer  # noqa: E402  (the Fp8MoE of test_moe's layer tests, random FP8 experts)
 
 _GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -100,6 +100,68 @@ def test_softmax_topk_errors_name_the_argument():
         fp8route.moe_softmax_topk(torch.randn(2, 1025, device="cuda"), 8)
     with pytest.raises(ValueError, match="logits: dtype"):
         fp8route.moe_softmax_topk(torch.zeros(2, 64, device="cuda", dtype=torch.int32), 8)
+
+
+# ---- moe_grouped_topk ----------------------------------------------------------------------------
+
+def _grouped_by_rule(logits, bias, k, n_group, topk_group):
+    """The documented order, by stable sorts: groups by the sum of their two best choice scores (equal:
+    the lower group), then experts of the kept groups by choice score (equal: the lower index)."""
+    s = torch.sigmoid(logits.float())
+    c = s + bias.float()
+    t, e = c.shape
+    g = e // n_group
+    top2 = torch.sort(c.view(t, n_group, g), dim=-1, descending=True, stable=True).values[..., :2].sum(-1)
+    keep = torch.sort(top2, dim=-1, descending=True, stable=True).indices[:, :topk_group]
+    kept = torch.zeros(t, n_group, dtype=torch.bool, device=c.device).scatter_(1, keep, True)
+    c = c.masked_fill(~kept.repeat_interleave(g, dim=1), float("-inf"))
+    return torch.sort(c, dim=-1, descending=True, stable=True).indices[:, :k].to(torch.int32), s
+
+
+@gpu
+@pytest.mark.parametrize("t,e,k,n_group,topk_group",
+                         [(1, 256, 8, 8, 4), (5, 64, 6, 8, 3), (33, 256, 8, 8, 4), (2, 1024, 16, 32, 4),
+                          (7, 16, 4, 4, 2), (3, 32, 16, 16, 16), (4, 8, 2, 1, 1)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("renormalize", [True, False])
+def test_grouped_topk_matches_the_reference(t, e, k, n_group, topk_group, dtype, renormalize):
+    logits = (torch.randn(t, e, device="cuda") * 2).to(dtype)
+    bias = torch.randn(e, device="cuda") * 0.1
+    w, ids = fp8route.moe_grouped_topk(logits, k, bias, n_group, topk_group, renormalize, 2.5)
+    assert w.dtype == torch.float32 and ids.dtype == torch.int32 and w.shape == ids.shape == (t, k)
+    want_ids, s = _grouped_by_rule(logits, bias, k, n_group, topk_group)
+    assert torch.equal(ids, want_ids), _msg(f"ids differ at {(ids != want_ids).nonzero()[:4].tolist()}")
+    if dtype == torch.float32:  # random fp32 scores have no ties: torch.topk's choice is the same
+        _, ref_ids = grouped_topk(logits, k, bias, n_group, topk_group, renormalize, 2.5)
+        assert torch.equal(ids, ref_ids), _msg("ids differ from grouped_topk")
+    want_w = s.gather(1, ids.long())
+    if renormalize:
+        want_w = want_w / want_w.sum(-1, keepdim=True)
+    torch.testing.assert_close(w, want_w * 2.5, rtol=1e-6, atol=1e-9, msg=lambda m: _msg(m))
+
+
+@gpu
+def test_grouped_topk_nan_and_infinite_scores_keep_ids_in_range():
+    logits = torch.randn(4, 64, device="cuda")
+    logits[0, :] = float("nan")
+    logits[1, ::3] = float("-inf")
+    bias = torch.zeros(64, device="cuda")
+    bias[5] = float("-inf")
+    w, ids = fp8route.moe_grouped_topk(logits, 8, bias, 8, 2)
+    assert ((ids >= 0) & (ids < 64)).all(), _msg(f"ids out of range: {ids.tolist()}")
+    assert all(len(set(r)) == 8 for r in ids.tolist()), _msg("an expert chosen twice")
+
+
+@gpu
+def test_grouped_topk_empty_and_errors():
+    w, ids = fp8route.moe_grouped_topk(torch.empty(0, 256, device="cuda"), 8, torch.zeros(256, device="cuda"), 8, 4)
+    assert w.shape == ids.shape == (0, 8)
+    with pytest.raises(ValueError, match="n_group: 3"):
+        fp8route.moe_grouped_topk(torch.randn(2, 256, device="cuda"), 8, torch.zeros(256, device="cuda"), 3, 1)
+    with pytest.raises(ValueError, match="top_k: 9"):
+        fp8route.moe_grouped_topk(torch.randn(2, 64, device="cuda"), 9, torch.zeros(64, device="cuda"), 8, 1)
+    with pytest.raises(ValueError, match="bias: expected shape"):
+        fp8route.moe_grouped_topk(torch.randn(2, 64, device="cuda"), 4, torch.zeros(32, device="cuda"), 8, 2)
 
 
 # ---- moe_masked_dispatch -------------------------------------------------------------------------
@@ -307,8 +369,8 @@ def test_fp8moe_masked_output_unchanged_by_the_fused_glue(scale, routing, t, m_m
     want = layer(x, logits)
     assert got.dtype == want.dtype == torch.bfloat16 and got.shape == want.shape == (t, h)
     assert torch.isfinite(want).all() and want.abs().max() > 0, _msg("the reference output is empty")
-    # sigmoid: the same weights (torch routing in both), only the combine's summation order may differ;
-    # softmax: weights within 1e-6 relative of torch's. Either way, the bf16 outputs within a rounding.
+    # The fused routing kernels' weights are within 1e-6 relative of torch's, and the combine sums in
+    # another order: the bf16 outputs agree within a rounding.
     torch.testing.assert_close(got, want, rtol=2**-7, atol=1e-2 * want.abs().max().item(), msg=lambda m: _msg(m))
     close = (got.float() - want.float()).abs() <= 2**-8 * want.float().abs() + 1e-6
     assert close.float().mean() > 0.95, _msg("most outputs should be equal up to one bf16 rounding")
@@ -359,6 +421,8 @@ def test_host_tensors_are_refused_with_the_argument_named():
         pytest.fail("fp8route.moe_softmax_topk is missing")
     with pytest.raises(ValueError, match="logits: "):
         fp8route.moe_softmax_topk(torch.randn(2, 8), 2)
+    with pytest.raises(ValueError, match="logits: "):
+        fp8route.moe_grouped_topk(torch.randn(2, 8), 2, torch.zeros(8), 4, 2)
     with pytest.raises(ValueError, match="ids: "):
         fp8route.moe_masked_dispatch(torch.zeros(2, 2, dtype=torch.int32), 8, 2)
     with pytest.raises(ValueError, match="down_rows: "):
@@ -375,6 +439,10 @@ def test_python_side_checks_name_the_argument():
         fp8route.moe_softmax_topk(torch.randn(2, 64), 0)
     with pytest.raises(ValueError, match="logits: expected 2 dims"):
         fp8route.moe_softmax_topk(torch.randn(64), 2)
+    with pytest.raises(ValueError, match="top_k: must be in"):
+        fp8route.moe_grouped_topk(torch.randn(2, 64), 17, torch.zeros(64), 8, 4)
+    with pytest.raises(ValueError, match="logits: expected 2 dims"):
+        fp8route.moe_grouped_topk(torch.randn(64), 2, torch.zeros(64), 8, 4)
     with pytest.raises(ValueError, match="ids: expected 2 dims"):
         fp8route.moe_masked_dispatch(torch.zeros(8, dtype=torch.int32), 8, 2)
     with pytest.raises(ValueError, match="experts: must be >= 0"):

@@ -74,6 +74,8 @@ def _calls(m):
             lambda: fp8route.scatter_per_token_quant(x, torch.empty(m, 2, dtype=torch.int32, **meta), 2 * m)),
         "moe_softmax_topk": ("moe_softmax_topk",
                              lambda: fp8route.moe_softmax_topk(torch.empty(m, 64, dtype=torch.bfloat16, **meta), 8)),
+        "moe_grouped_topk": ("moe_grouped_topk", lambda: fp8route.moe_grouped_topk(
+            torch.empty(m, 256, dtype=torch.bfloat16, **meta), 8, torch.empty(256, **meta), 8, 4)),
         "moe_masked_dispatch": ("moe_masked_dispatch", lambda: fp8route.moe_masked_dispatch(
             torch.empty(m, 8, dtype=torch.int32, **meta), 64, 4)),
         "moe_combine": ("moe_combine", lambda: fp8route.moe_combine(
