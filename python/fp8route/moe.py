@@ -92,17 +92,22 @@ def moe_softmax_topk(logits, top_k, renormalize=True):
 
 
 def _softmax_topk(logits, top_k, renormalize):
-    if not _is_torch(logits):
+    w, ids = _topk_outputs(logits, top_k, "min(E, 16)")
+    lib.moe_softmax_topk(logits, w, ids, bool(renormalize))
+    return w, ids
+
+
+def _topk_outputs(logits, top_k, bound, *more):
+    """The routing kernels' outputs (weights f32, ids int32 [T, top_k]) after the Python-side checks."""
+    if not _is_torch(logits) or not all(_is_torch(m) for m in more):
         raise ValueError(_NOT_TORCH)
     if logits.dim() != 2:
         raise ValueError(f"logits: expected 2 dims [T, E], got {tuple(logits.shape)}")
     if not 1 <= top_k <= 16:
-        raise ValueError(f"top_k: must be in [1, min(E, 16)], got {top_k}")
+        raise ValueError(f"top_k: must be in [1, {bound}], got {top_k}")
     t, device = logits.shape[0], logits.device
-    w = torch.empty(size=(t, top_k), dtype=torch.float32, device=device)
-    ids = torch.empty(size=(t, top_k), dtype=torch.int32, device=device)
-    lib.moe_softmax_topk(logits, w, ids, bool(renormalize))
-    return w, ids
+    return (torch.empty(size=(t, top_k), dtype=torch.float32, device=device),
+            torch.empty(size=(t, top_k), dtype=torch.int32, device=device))
 
 
 def moe_grouped_topk(logits, top_k, bias, n_group, topk_group, renormalize=True, scaling_factor=1.0):
@@ -120,15 +125,7 @@ def moe_grouped_topk(logits, top_k, bias, n_group, topk_group, renormalize=True,
 
 
 def _grouped_topk(logits, top_k, bias, n_group, topk_group, renormalize, scaling_factor):
-    if not _is_torch(logits) or not _is_torch(bias):
-        raise ValueError(_NOT_TORCH)
-    if logits.dim() != 2:
-        raise ValueError(f"logits: expected 2 dims [T, E], got {tuple(logits.shape)}")
-    if not 1 <= top_k <= 16:
-        raise ValueError(f"top_k: must be in [1, min(topk_group * E / n_group, 16)], got {top_k}")
-    t, device = logits.shape[0], logits.device
-    w = torch.empty(size=(t, top_k), dtype=torch.float32, device=device)
-    ids = torch.empty(size=(t, top_k), dtype=torch.int32, device=device)
+    w, ids = _topk_outputs(logits, top_k, "min(topk_group * E / n_group, 16)", bias)
     lib.moe_grouped_topk(logits, bias.float().contiguous(), w, ids, int(n_group), int(topk_group), bool(renormalize),
                          float(scaling_factor))
     return w, ids

@@ -13,6 +13,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "core/checks.h"
 #include "core/griddep.cuh"
@@ -297,22 +298,34 @@ void dispatch_half(DType t, F&& f) {
 
 }  // namespace
 
-void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorView& weights, const TensorView& ids,
-                      cudaStream_t stream) {
+namespace {
+
+// The routing kernels' logits [T, E] (min_experts <= E <= kMoeMaxExperts) and outputs weights f32,
+// ids int32 [T, top_k] with 1 <= top_k <= min(max_top_k, kMoeMaxTopK) (`why` names max_top_k; "":
+// none). Returns T, E, top_k.
+struct TopkShape {
+  int64_t tokens, experts, top_k;
+};
+
+TopkShape check_topk(const TensorView& logits, int64_t min_experts, const TensorView& weights, const TensorView& ids,
+                     int64_t max_top_k, const std::string& why) {
   check_device_tensor(logits, "logits");
   check_dtype(logits, "logits", {DType::bf16, DType::f16, DType::f32});
   check_ndim(logits, "logits", 2, "[T, E]");
   FP8ROUTE_CHECK(logits.is_contiguous(), "logits: must be contiguous, got " << to_string(logits));
   const int64_t tokens = logits.size(0), experts = logits.size(1);
-  FP8ROUTE_CHECK(experts >= 1 && experts <= kMoeMaxExperts,
-                 "logits: E = " << experts << " experts, expected 1 to " << kMoeMaxExperts
-                                << " (one token's probabilities are held in shared memory)");
+  FP8ROUTE_CHECK(experts >= min_experts && experts <= kMoeMaxExperts,
+                 "logits: E = " << experts << " experts, expected " << min_experts << " to " << kMoeMaxExperts
+                                << " (one token's scores are held in shared memory)");
   check_device_tensor(weights, "weights");
   check_ndim(weights, "weights", 2, "[T, top_k]");
   const int64_t top_k = weights.size(1);
-  FP8ROUTE_CHECK(top_k >= 1 && top_k <= std::min(experts, kMoeMaxTopK),
-                 "top_k: " << top_k << " (weights' last dim) must be in [1, min(E = " << experts << ", "
-                           << kMoeMaxTopK << ")]");
+  FP8ROUTE_CHECK(top_k >= 1 && top_k <= std::min(max_top_k, kMoeMaxTopK),
+                 "top_k: " << top_k << " (weights' last dim) must be in [1, "
+                           << (why.empty() ? std::to_string(kMoeMaxTopK)
+                                           : "min(" + why + " = " + std::to_string(max_top_k) + ", " +
+                                                 std::to_string(kMoeMaxTopK) + ")")
+                           << "]");
   check_entries(weights, "weights", DType::f32, tokens, top_k);
   check_entries(ids, "ids", DType::i32, tokens, top_k);
   FP8ROUTE_CHECK(tokens <= 0x7FFFFFFF, "logits: at most 2^31-1 tokens, got " << tokens);
@@ -321,14 +334,28 @@ void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorVi
   check_no_overlap(weights, "weights", logits, "logits");
   check_no_overlap(ids, "ids", logits, "logits");
   check_no_overlap(weights, "weights", ids, "ids");
-  if (tokens == 0) return;
+  return {tokens, experts, top_k};
+}
+
+// One warp per token, `floats_per_token` floats of shared memory each.
+LaunchShape topk_shape(const TopkShape& s, int64_t floats_per_token) {
+  const dim3 grid(static_cast<unsigned>((s.tokens + kernels::kTopkWarps - 1) / kernels::kTopkWarps));
+  return glue_shape(grid, kernels::kTopkWarps * 32,
+                    static_cast<size_t>(kernels::kTopkWarps) * static_cast<size_t>(floats_per_token) * 4);
+}
+
+}  // namespace
+
+void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorView& weights, const TensorView& ids,
+                      cudaStream_t stream) {
+  const int64_t experts = logits.ndim == 2 ? logits.size(1) : 0;
+  const TopkShape s = check_topk(logits, 1, weights, ids, experts, "E");
+  if (s.tokens == 0) return;
   check_glue_device();
-  const dim3 grid(static_cast<unsigned>((tokens + kernels::kTopkWarps - 1) / kernels::kTopkWarps));
-  const size_t smem = static_cast<size_t>(kernels::kTopkWarps) * static_cast<size_t>(experts) * 4;
   quant_launch::dispatch_float(logits.dtype, [&]<class InT>() {
-    launch_kernel(kernels::softmax_topk_kernel<InT>, glue_shape(grid, kernels::kTopkWarps * 32, smem), stream,
-                  static_cast<const InT*>(logits.data), static_cast<int>(tokens), static_cast<int>(experts),
-                  static_cast<int>(top_k), renormalize, static_cast<float*>(weights.data),
+    launch_kernel(kernels::softmax_topk_kernel<InT>, topk_shape(s, s.experts), stream,
+                  static_cast<const InT*>(logits.data), static_cast<int>(s.tokens), static_cast<int>(s.experts),
+                  static_cast<int>(s.top_k), renormalize, static_cast<float*>(weights.data),
                   static_cast<int32_t*>(ids.data));
   });
   FP8ROUTE_CHECK_LAUNCH();
@@ -337,52 +364,34 @@ void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorVi
 void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t n_group, int64_t topk_group,
                       bool renormalize, double scaling_factor, const TensorView& weights, const TensorView& ids,
                       cudaStream_t stream) {
-  check_device_tensor(logits, "logits");
-  check_dtype(logits, "logits", {DType::bf16, DType::f16, DType::f32});
-  check_ndim(logits, "logits", 2, "[T, E]");
-  FP8ROUTE_CHECK(logits.is_contiguous(), "logits: must be contiguous, got " << to_string(logits));
-  const int64_t tokens = logits.size(0), experts = logits.size(1);
-  FP8ROUTE_CHECK(experts >= 2 && experts <= kMoeMaxExperts,
-                 "logits: E = " << experts << " experts, expected 2 to " << kMoeMaxExperts
-                                << " (one token's scores are held in shared memory)");
-  check_device_tensor(bias, "bias");
-  check_dtype(bias, "bias", {DType::f32});
-  const int64_t bias_shape[1] = {experts};
-  check_contiguous_shape(bias, "bias", bias_shape, 1);
+  const TopkShape s = check_topk(logits, 2, weights, ids, kMoeMaxTopK, "");
+  const int64_t experts = s.experts;
   FP8ROUTE_CHECK(n_group >= 1 && n_group <= kernels::kGroupedTopkMaxGroups && experts % n_group == 0 &&
                      experts / n_group >= 2,
-                 "n_group: " << n_group << " must divide E = " << experts << " into groups of at least 2 experts, and be at most "
-                             << kernels::kGroupedTopkMaxGroups);
+                 "n_group: " << n_group << " must divide E = " << experts
+                             << " into groups of at least 2 experts, and be at most " << kernels::kGroupedTopkMaxGroups);
   FP8ROUTE_CHECK(topk_group >= 1 && topk_group <= n_group,
                  "topk_group: " << topk_group << " must be in [1, n_group = " << n_group << "]");
+  const int64_t choosable = topk_group * (experts / n_group);
+  FP8ROUTE_CHECK(s.top_k <= choosable, "top_k: " << s.top_k << " (weights' last dim) must be at most topk_group x E / "
+                                                    "n_group = " << choosable << " (the experts of the kept groups)");
   FP8ROUTE_CHECK(std::isfinite(scaling_factor), "scaling_factor: must be finite, got " << scaling_factor);
-  check_device_tensor(weights, "weights");
-  check_ndim(weights, "weights", 2, "[T, top_k]");
-  const int64_t top_k = weights.size(1), choosable = topk_group * (experts / n_group);
-  FP8ROUTE_CHECK(top_k >= 1 && top_k <= std::min(choosable, kMoeMaxTopK),
-                 "top_k: " << top_k << " (weights' last dim) must be in [1, min(topk_group x E / n_group = "
-                           << choosable << ", " << kMoeMaxTopK << ")]");
-  check_entries(weights, "weights", DType::f32, tokens, top_k);
-  check_entries(ids, "ids", DType::i32, tokens, top_k);
-  FP8ROUTE_CHECK(tokens <= 0x7FFFFFFF, "logits: at most 2^31-1 tokens, got " << tokens);
+  check_device_tensor(bias, "bias");
+  check_dtype(bias, "bias", {DType::f32});
+  const int64_t bias_shape[1] = {s.experts};
+  check_contiguous_shape(bias, "bias", bias_shape, 1);
   check_same_device(bias, "bias", logits, "logits");
-  check_same_device(weights, "weights", logits, "logits");
-  check_same_device(ids, "ids", logits, "logits");
-  check_no_overlap(weights, "weights", logits, "logits");
-  check_no_overlap(ids, "ids", logits, "logits");
   check_no_overlap(weights, "weights", bias, "bias");
   check_no_overlap(ids, "ids", bias, "bias");
-  check_no_overlap(weights, "weights", ids, "ids");
-  if (tokens == 0) return;
+  if (s.tokens == 0) return;
   check_glue_device();
-  const dim3 grid(static_cast<unsigned>((tokens + kernels::kTopkWarps - 1) / kernels::kTopkWarps));
-  const size_t smem = static_cast<size_t>(kernels::kTopkWarps) * static_cast<size_t>(experts) * 2 * 4;
   quant_launch::dispatch_float(logits.dtype, [&]<class InT>() {
-    launch_kernel(kernels::grouped_topk_kernel<InT>, glue_shape(grid, kernels::kTopkWarps * 32, smem), stream,
-                  static_cast<const InT*>(logits.data), static_cast<const float*>(bias.data), static_cast<int>(tokens),
-                  static_cast<int>(experts), static_cast<int>(n_group), static_cast<int>(topk_group),
-                  static_cast<int>(top_k), renormalize, static_cast<float>(scaling_factor),
-                  static_cast<float*>(weights.data), static_cast<int32_t*>(ids.data));
+    launch_kernel(kernels::grouped_topk_kernel<InT>, topk_shape(s, 2 * s.experts), stream,
+                  static_cast<const InT*>(logits.data), static_cast<const float*>(bias.data),
+                  static_cast<int>(s.tokens), static_cast<int>(s.experts), static_cast<int>(n_group),
+                  static_cast<int>(topk_group), static_cast<int>(s.top_k), renormalize,
+                  static_cast<float>(scaling_factor), static_cast<float*>(weights.data),
+                  static_cast<int32_t*>(ids.data));
   });
   FP8ROUTE_CHECK_LAUNCH();
 }

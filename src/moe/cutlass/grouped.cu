@@ -36,6 +36,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 
 #include "core/workspace.h"
+#include "gemm/cutlass_sm90/kernel.cuh"
 #include "fp8route/device.h"
 #include "fp8route/tuning/cuda_check.h"
 #include "moe/groups.cuh"
@@ -91,17 +92,7 @@ struct Kernel {
   using StrideD = typename GemmKernel::InternalStrideD;
 };
 
-// A stride type with its one dynamic leading stride set (mode 0 for K-major / row-major, mode 1 for
-// column-major), as the dense CUTLASS backend does.
-template <class S>
-S leading_stride(int64_t ld) {
-  S s{};
-  if constexpr (is_static_v<std::remove_cvref_t<decltype(get<0>(s))>>)
-    get<1>(s) = ld;
-  else
-    get<0>(s) = ld;
-  return s;
-}
+using gemm::cutlass_sm90::detail::leading_stride;  // the dense CUTLASS backend's stride helper
 
 // CUTLASS's per-group arguments, in one workspace buffer.
 template <class K>

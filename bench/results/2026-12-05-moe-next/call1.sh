@@ -1,0 +1,33 @@
+#!/bin/bash
+# Planned device call (about 7 minutes, at most 560 s of timeouts): what the MoE commits after the
+# glue run need on a GPU, then their measurements. Carry an archive of build/gpu made from a release
+# build of the tree under test:
+#   FP8ROUTE_STAGE="tools tests python" FP8ROUTE_STAGE_TOOLS=fp8route FP8ROUTE_STAGE_TESTS=test_moe scripts/stage_gpu.sh
+#   cd build && tar cf - gpu/fp8route gpu/python gpu/tests/test_moe | xz -T2 -9 > ../.stage/moe.tar.xz
+# and unpack it first: `mkdir -p build && tar xJf .stage/moe.tar.xz -C build && bash <this script>`.
+# Outputs in $OUT/moe1.tgz, re-packed after each step.
+set -u
+cd "$(dirname "$0")/../../.."
+W=$PWD R=/tmp/moe1 B=$PWD/build/gpu
+mkdir -p $R /tmp/site
+python3 -m pip install -q --no-index --no-deps --target /tmp/site $B/python/apache_tvm_ffi-*.whl > /dev/null 2>&1
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$W/python FP8ROUTE_SOURCE_DIR=$W \
+  FP8ROUTE_FFI_LIB=$B/python/fp8route/_fp8route_ffi.so FP8ROUTE_CLI=$B/fp8route
+t() { local name=$1 tmo=$2; shift 2; local s=$(date +%s); timeout "$tmo" "$@" > $R/$name.txt 2>&1
+      echo "$name rc $? $(( $(date +%s) - s )) s" | tee -a $R/rc.txt; }
+snap() { tar czf $OUT/moe1.tgz -C /tmp moe1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv > $R/gpu.txt 2>&1
+# 1. Correctness: the grouped cutlass backend, the default rule, the Python MoE suites (the rewritten
+#    tolerances, moe_grouped_topk, the fused sigmoid routing in Fp8MoE).
+t test_moe 150 stdbuf -oL $B/tests/test_moe --gtest_filter='MoeFast.*:-MoeFast.RealExpertShapes'
+grep -hE "^\[  (PASSED|FAILED|SKIPPED) " $R/test_moe.txt
+t moe_py 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_moe.py tests/python/test_moe_glue_gpu.py
+tail -3 $R/moe_py.txt; snap
+# 2. Grouped backends side by side (cutlass included), contiguous and masked, few and all experts.
+t moe_bench 150 python3 bench/moe_bench.py --layers qwen3_30b_a3b.gate_up,deepseek_v3.gate_up,deepseek_v3.down \
+  --m 1,4,16,64 --active 8,all --prefill 512,2048 --scales row --json $R/moe_bench.json
+tail -30 $R/moe_bench.txt; snap
+# 3. The MoE layer with DeepSeek-V3's routing fused, and the Qwen3-30B-A3B decoder end to end (16 layers).
+t moe_layer 60 python3 bench/moe_e2e.py --mode layer --batches 1,8,32 --torch-glue --json $R/moe_layer.json
+t moe_model 90 python3 bench/moe_e2e.py --mode model --layers 16 --batches 1,32 --iters 30 --json $R/moe_model.json
+tail -12 $R/moe_layer.txt $R/moe_model.txt; snap
