@@ -384,8 +384,8 @@ void poison_rows_of_no_group(MoeCase& c) {
 int64_t rows_for(const char* backend, int64_t want) { return std::string(backend) == "decode" ? std::min<int64_t>(want, 64) : want; }
 
 constexpr const char* kFastBackends[] = {"decode", "wgmma"};
-// The backends of the graph and determinism tests: the fast ones and cutlass (tensor and row scales
-// only, so it runs them with row scales).
+// The backends of the graph and determinism tests: the fast ones (with block scales) and cutlass
+// (with row scales: its block path runs in CutlassGrouped).
 constexpr const char* kGraphBackends[] = {"decode", "wgmma", "cutlass"};
 ScaleKind scale_for(const char* backend) {
   return std::string(backend) == "cutlass" ? ScaleKind::row : ScaleKind::block;
@@ -587,15 +587,16 @@ TEST(MoeFast, Deterministic) {
   }
 }
 
-// The cutlass backend on what it runs (tensor and row scales, bf16 out): every form and scale case
-// of every_moe_kind against the CPU reference (exact on small integers) and simt, with the wide
-// kernel (77 rows) and the narrow one (3 rows); what it does not run, it names.
+// The cutlass backend on what it runs (bf16 out; block scales with K % 128 == 0): every form, scale
+// kind, scale_a layout and storage of every_moe_kind against the CPU reference (exact on small
+// integers) and simt, with the wide kernel (77 rows) and the narrow one (3 rows); what it does not
+// run, it names.
 TEST(MoeFast, CutlassGrouped) {
   SKIP_WITHOUT_SM90();
   for (bool small : {true, false}) {
     std::mt19937_64 rng(seed() + 20 + small);
     for (MoeSpec s : every_moe_kind(small)) {
-      if (s.scale == ScaleKind::block || s.out != DType::bf16) continue;
+      if (s.out != DType::bf16) continue;
       for (int64_t rows : {int64_t{77}, int64_t{3}}) {
         s.rows = rows;
         if (!runs("cutlass", s)) GTEST_SKIP() << "the cutlass backend does not run in this build (reason above)";
@@ -604,8 +605,10 @@ TEST(MoeFast, CutlassGrouped) {
     }
   }
   GroupedProblem p;
-  p.form = GroupedForm::masked, p.experts = 4, p.rows = 8, p.n = 256, p.k = 512, p.scale = ScaleKind::block;
-  EXPECT_NE(grouped_supports("cutlass", p).find("tensor and row scales only"), std::string::npos);
+  p.form = GroupedForm::masked, p.experts = 4, p.rows = 8, p.n = 256, p.k = 528, p.scale = ScaleKind::block;
+  EXPECT_NE(grouped_supports("cutlass", p).find("K % 128"), std::string::npos);
+  p.k = 512;
+  EXPECT_EQ(grouped_supports("cutlass", p), "");
   p.scale = ScaleKind::row, p.out = DType::f16;
   EXPECT_NE(grouped_supports("cutlass", p).find("bf16"), std::string::npos);
   p.out = DType::bf16, p.n = 250;

@@ -100,8 +100,8 @@ void grouped_scaled_mm(const GroupedMmArgs& args, std::string_view backend, cuda
 // expert bit-identical to scaled_mm's "reference" backend on its rows); "decode" (tensor cores,
 // groups of at most 64 rows: masked M_max <= 64 or contiguous M_total <= 64, streams only the
 // active experts' weights); "wgmma" (tensor cores, persistent 128-row tiles over (expert, n-tile,
-// m-tile), any group sizes); "cutlass" (CUTLASS's pointer-array grouped GEMM, tensor and row scales,
-// bf16 out, in builds with the CUTLASS headers). The default (grouped_default_backend): decode while groups are short
+// m-tile), any group sizes); "cutlass" (CUTLASS's pointer-array grouped GEMM, bf16 out, block scales
+// with K % 128 == 0, in builds with the CUTLASS headers). The default (grouped_default_backend): decode while groups are short
 // (masked M_max <= 8, contiguous M_total <= 16), else wgmma, else simt (docs/moe.md, Backends).
 std::vector<std::string> grouped_backends();
 // Why `backend` cannot run `p` on the current device, or "" when it can.

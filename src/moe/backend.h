@@ -40,7 +40,7 @@ class GroupedBackend {
 const GroupedBackend& simt_backend();
 const GroupedBackend& decode_backend();  // moe/decode: groups of <= 64 rows, mma.sync, split K
 const GroupedBackend& wgmma_backend();   // moe/wgmma: persistent 128-row wgmma tiles, any groups
-const GroupedBackend& cutlass_backend(); // moe/cutlass: CUTLASS's pointer-array grouped GEMM, tensor and row scales
+const GroupedBackend& cutlass_backend(); // moe/cutlass: CUTLASS's pointer-array grouped GEMM, every scale kind
 const std::vector<const GroupedBackend*>& all_grouped_backends();
 const GroupedBackend& find_grouped_backend(std::string_view name);
 // The default backend for p (docs/moe.md, Backends; the rule in grouped_mm.cpp).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Planned device call (about 7 minutes, at most 560 s of timeouts): what the MoE commits after the
+# Planned device call (about 8 minutes, at most 720 s of timeouts: split it where a call has less): what the MoE commits after the
 # glue run need on a GPU, then their measurements. Carry an archive of build/gpu made from a release
 # build of the tree under test:
 #   FP8ROUTE_STAGE="tools tests python" FP8ROUTE_STAGE_TOOLS=fp8route FP8ROUTE_STAGE_TESTS=test_moe scripts/stage_gpu.sh
@@ -25,9 +25,13 @@ t moe_py 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_moe.py t
 tail -3 $R/moe_py.txt; snap
 # 2. Grouped backends side by side (cutlass included), contiguous and masked, few and all experts.
 t moe_bench 150 python3 bench/moe_bench.py --layers qwen3_30b_a3b.gate_up,deepseek_v3.gate_up,deepseek_v3.down \
-  --m 1,4,16,64 --active 8,all --prefill 512,2048 --scales row --json $R/moe_bench.json
+  --m 1,4,16,64 --active 8,all --prefill 512,2048 --scales row,block --json $R/moe_bench.json
 tail -30 $R/moe_bench.txt; snap
 # 3. The MoE layer with DeepSeek-V3's routing fused, and the Qwen3-30B-A3B decoder end to end (16 layers).
 t moe_layer 60 python3 bench/moe_e2e.py --mode layer --batches 1,8,32 --torch-glue --json $R/moe_layer.json
 t moe_model 90 python3 bench/moe_e2e.py --mode model --layers 16 --batches 1,32 --iters 30 --json $R/moe_model.json
 tail -12 $R/moe_layer.txt $R/moe_model.txt; snap
+# 4. The grouped backends on the catalog's real expert shapes against simt (about 1 GB of random
+#    weights per case, 48 cases: about a minute; never run to the end so far).
+t real_shapes 120 stdbuf -oL $B/tests/test_moe --gtest_filter=MoeFast.RealExpertShapes
+tail -3 $R/real_shapes.txt; snap

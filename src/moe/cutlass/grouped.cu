@@ -1,16 +1,20 @@
 // The grouped "cutlass" backend: CUTLASS's SM90 pointer-array grouped GEMM (persistent, TMA,
-// warp-specialized cooperative, FP8 with fp32 promotion every 128 of K) over the experts, with
-// tensor and row scales applied in the epilogue, bf16 out. A small kernel on the stream first turns
-// the device counts into CUTLASS's per-group arguments (problem shape, operand, scale and output
-// pointers), so nothing is read back to the host and a call captures in a CUDA graph.
+// warp-specialized cooperative, FP8 with fp32 promotion every 128 of K) over the experts, bf16 out.
+// Tensor and row scales are applied in the epilogue; block scales in the mainloop (CUTLASS's
+// blockwise-scaled grouped mainloop), each group's activation scales first repacked to the compact
+// [K / 128, rows] layout CUTLASS derives from the group's row count. A small kernel on the stream
+// turns the device counts into CUTLASS's per-group arguments (problem shape, operand, output and
+// scale pointers, scale layouts), so nothing is read back to the host and a call captures in a CUDA
+// graph.
 //
-// Two kernels: "wide" (128 x 128 tiles of y, for groups of many rows) and "narrow" (swap-AB: CUTLASS
-// computes y^T = b a^T per expert, the weight rows fill its 128-wide M and the expert's rows its
-// 32-wide N, for the few rows per expert of decode steps). Each expert is one group; an expert
+// Two tile shapes: "wide" (128 x 128 tiles of y, for groups of many rows) and "narrow" (swap-AB:
+// CUTLASS computes y^T = b a^T per expert, the weight rows fill its 128-wide M and the expert's rows
+// its 32-wide N, for the few rows per expert of decode steps). Each expert is one group; an expert
 // without rows is a group of zero tiles, and so reads nothing.
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -27,7 +31,9 @@
 #include <cutlass/cutlass.h>
 #include <cutlass/numeric_types.h>
 #include <cute/tensor.hpp>
+#include <cutlass/detail/blockwise_scale_layout.hpp>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/thread/activation.h>
 #include <cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
@@ -50,9 +56,10 @@ namespace cutlass_grouped {
 using namespace cute;
 namespace fusion = cutlass::epilogue::fusion;
 
-template <int kTileM, int kTileN, bool kSwapAB>
+template <int kTileM, int kTileN, bool kSwapAB, bool kBlockScales>
 struct Kernel {
   static constexpr bool kSwap = kSwapAB;
+  static constexpr bool kBlock = kBlockScales;
   using TileShape = Shape<Int<kTileM>, Int<kTileN>, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
   using E4m3 = cutlass::float_e4m3_t;
@@ -72,17 +79,37 @@ struct Kernel {
   // (acc * sa) * sb: the order of the reference and of the other grouped backends.
   using AccSa = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
                                 fusion::Sm90AccFetch, ScaleA>;
-  using Fusion = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, OutT, float, kRound>, AccSa, ScaleB>;
+  using RowFusion = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, OutT, float, kRound>, AccSa, ScaleB>;
+  // Block scales are applied in the mainloop, each 128-wide K block's sum times sa x sb.
+  using BlockFusion =
+      fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, OutT, float, kRound>, fusion::Sm90AccFetch>;
+  using Fusion = std::conditional_t<kBlock, BlockFusion, RowFusion>;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, OutT, LayoutD*,
       kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E4m3, LayoutA*, kAlignAB, E4m3, LayoutB*, kAlignAB, float,
-      TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Stages =
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>;
+  // Block scales: granularity 1 x 128 for the activation, 128 x 128 for the weight; the activation's
+  // are M-major (CUTLASS's N-major when swapped), the weight's K-major, as the dense backend has them.
+  using ScaleConfig = std::conditional_t<
+      kSwap, cutlass::detail::Sm90BlockwiseScaleConfig<128, 1, 128, GMMA::Major::K, GMMA::Major::MN>,
+      cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, GMMA::Major::MN, GMMA::Major::K>>;
+  using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+  using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+  struct RowMainloop {
+    using Op = typename cutlass::gemm::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E4m3, LayoutA*, kAlignAB, E4m3, LayoutB*, kAlignAB, float,
+        TileShape, ClusterShape, Stages, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+  };
+  struct BlockMainloop {
+    using Op = typename cutlass::gemm::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E4m3, cute::tuple<LayoutA*, LayoutSFA*>, kAlignAB, E4m3,
+        cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB, float, TileShape, ClusterShape, Stages,
+        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>::CollectiveOp;
+  };
+  using Mainloop = typename std::conditional_t<kBlock, BlockMainloop, RowMainloop>::Op;
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
@@ -106,6 +133,11 @@ struct Arrays {
   typename K::StrideA* da;
   typename K::StrideB* db;
   typename K::StrideD* dd;
+  // Block scales: each group's scale layouts (CUTLASS's SFA and SFB; sa and sb above are their
+  // pointers, swapped with the operands), and the activation scales repacked per group.
+  typename K::LayoutSFA* lsfa;
+  typename K::LayoutSFB* lsfb;
+  float* packed_sa;
 };
 
 template <class K>
@@ -117,7 +149,7 @@ struct PrepareParams {
   void* out;
   const float* sa;
   const float* sb;
-  int n, k;
+  int n, k, kblocks;
   bool row;            // row scales: sa per token, sb per channel of each expert
   bool sa_per_expert;  // tensor scales: sa [E] (else one element)
   typename K::StrideA da;
@@ -143,30 +175,67 @@ __global__ void prepare_groups(const PrepareParams<K> p) {
     p.arr.b[e] = b;
   }
   p.arr.d[e] = static_cast<typename K::OutT*>(p.out) + int64_t(g.row0) * p.n;
-  p.arr.sa[e] = p.row ? p.sa + g.row0 : (p.sa_per_expert ? p.sa + e : p.sa);
-  p.arr.sb[e] = p.row ? p.sb + int64_t(e) * p.n : p.sb + e;
+  if constexpr (K::kBlock) {
+    // The activation's scales of this group, repacked [kblocks, rows] (repack_block_sa), and the
+    // expert's weight scales [ceil(N / 128), kblocks].
+    const float* act = p.arr.packed_sa + int64_t(p.kblocks) * g.row0;
+    const float* wgt = p.sb + int64_t(e) * ((p.n + 127) / 128) * p.kblocks;
+    p.arr.sa[e] = K::kSwap ? wgt : act;
+    p.arr.sb[e] = K::kSwap ? act : wgt;
+    const auto shape = K::kSwap ? make_shape(p.n, g.count, p.k, 1) : make_shape(g.count, p.n, p.k, 1);
+    p.arr.lsfa[e] = K::ScaleConfig::tile_atom_to_shape_SFA(shape);
+    p.arr.lsfb[e] = K::ScaleConfig::tile_atom_to_shape_SFB(shape);
+  } else {
+    p.arr.sa[e] = p.row ? p.sa + g.row0 : (p.sa_per_expert ? p.sa + e : p.sa);
+    p.arr.sb[e] = p.row ? p.sb + int64_t(e) * p.n : p.sb + e;
+  }
   p.arr.da[e] = p.da;
   p.arr.db[e] = p.db;
   p.arr.dd[e] = p.dd;
 }
 
+// Block scale_a (any layout and storage the grouped API takes) as f32 [kblocks, rows] per group at
+// kblocks * row0: the compact M-major layout CUTLASS builds from a group's own row count. One block
+// row per expert.
+struct RepackParams {
+  kernels::moe::Groups groups;
+  kernels::moe::BlockScaleA bsa;
+  int kblocks;
+  float* out;
+};
+
+__global__ void repack_block_sa(const RepackParams p) {
+  const int e = blockIdx.y;
+  const kernels::moe::GroupRows g = kernels::moe::group_rows(p.groups, e);
+  float* dst = p.out + int64_t(p.kblocks) * g.row0;
+  const int64_t n = int64_t(g.count) * p.kblocks;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int kb = static_cast<int>(i / g.count), r = static_cast<int>(i % g.count);
+    dst[i] = kernels::moe::block_sa(p.bsa, g.batch, g.t0 + r, kb);
+  }
+}
+
 constexpr size_t round16(size_t v) { return (v + 15) / 16 * 16; }
 
 template <class K>
-size_t arrays_bytes(int64_t experts) {
-  const size_t e = static_cast<size_t>(experts);
-  return round16(e * sizeof(typename K::Shape3)) + 5 * round16(e * sizeof(void*)) +
-         round16(e * sizeof(typename K::StrideA)) + round16(e * sizeof(typename K::StrideB)) +
-         round16(e * sizeof(typename K::StrideD));
+size_t arrays_bytes(const GroupedProblem& p) {
+  const size_t e = static_cast<size_t>(p.experts);
+  size_t bytes = round16(e * sizeof(typename K::Shape3)) + 5 * round16(e * sizeof(void*)) +
+                 round16(e * sizeof(typename K::StrideA)) + round16(e * sizeof(typename K::StrideB)) +
+                 round16(e * sizeof(typename K::StrideD));
+  if constexpr (K::kBlock)
+    bytes += round16(e * sizeof(typename K::LayoutSFA)) + round16(e * sizeof(typename K::LayoutSFB)) +
+             round16(static_cast<size_t>(a_rows(p)) * static_cast<size_t>((p.k + 127) / 128) * sizeof(float));
+  return bytes;
 }
 
 template <class K>
-Arrays<K> carve(void* base, int64_t experts) {
-  const size_t e = static_cast<size_t>(experts);
-  char* p = static_cast<char*>(base);
+Arrays<K> carve(void* base, const GroupedProblem& p) {
+  const size_t e = static_cast<size_t>(p.experts);
+  char* at = static_cast<char*>(base);
   auto take = [&](size_t bytes) {
-    char* q = p;
-    p += round16(bytes);
+    char* q = at;
+    at += round16(bytes);
     return q;
   };
   Arrays<K> r;
@@ -179,6 +248,13 @@ Arrays<K> carve(void* base, int64_t experts) {
   r.da = reinterpret_cast<typename K::StrideA*>(take(e * sizeof(typename K::StrideA)));
   r.db = reinterpret_cast<typename K::StrideB*>(take(e * sizeof(typename K::StrideB)));
   r.dd = reinterpret_cast<typename K::StrideD*>(take(e * sizeof(typename K::StrideD)));
+  r.lsfa = nullptr, r.lsfb = nullptr, r.packed_sa = nullptr;
+  if constexpr (K::kBlock) {
+    r.lsfa = reinterpret_cast<typename K::LayoutSFA*>(take(e * sizeof(typename K::LayoutSFA)));
+    r.lsfb = reinterpret_cast<typename K::LayoutSFB*>(take(e * sizeof(typename K::LayoutSFB)));
+    r.packed_sa = reinterpret_cast<float*>(
+        take(static_cast<size_t>(a_rows(p)) * static_cast<size_t>((p.k + 127) / 128) * sizeof(float)));
+  }
   return r;
 }
 
@@ -210,10 +286,18 @@ typename K::Gemm::Arguments arguments(const GroupedProblem& p, const Arrays<K>& 
   args.mainloop.dA = arr.da;
   args.mainloop.ptr_B = arr.b;
   args.mainloop.dB = arr.db;
-  const bool row = p.scale == ScaleKind::row;
-  args.epilogue.thread = {{{}, broadcast<typename K::ScaleA>(arr.sa, row), {}},
-                          broadcast<typename K::ScaleB>(arr.sb, row),
-                          {}};
+  if constexpr (K::kBlock) {
+    args.mainloop.ptr_SFA = arr.sa;
+    args.mainloop.layout_SFA = arr.lsfa;
+    args.mainloop.ptr_SFB = arr.sb;
+    args.mainloop.layout_SFB = arr.lsfb;
+    args.epilogue.thread = {{}, {}};
+  } else {
+    const bool row = p.scale == ScaleKind::row;
+    args.epilogue.thread = {{{}, broadcast<typename K::ScaleA>(arr.sa, row), {}},
+                            broadcast<typename K::ScaleB>(arr.sb, row),
+                            {}};
+  }
   args.epilogue.ptr_C = nullptr;
   args.epilogue.dC = nullptr;
   args.epilogue.ptr_D = arr.d;
@@ -229,11 +313,11 @@ void run_kernel(const GroupedProblem& p, const GroupedOperands& ops, Workspaces&
   const char* who = K::kSwap ? "grouped cutlass (narrow)" : "grouped cutlass (wide)";
   // The per-group arrays first, then CUTLASS's own workspace (its tensor maps), in one buffer that
   // belongs to this stream (or to the graph being captured): concurrent calls never share it.
-  const size_t head = arrays_bytes<K>(p.experts);
+  const size_t head = arrays_bytes<K>(p);
   Arrays<K> probe{};
   const size_t cutlass_bytes = K::Gemm::get_workspace_size(arguments<K>(p, probe, dev));
   void* base = workspaces.get(dev.index, head + cutlass_bytes, stream, who);
-  const Arrays<K> arr = carve<K>(base, p.experts);
+  const Arrays<K> arr = carve<K>(base, p);
   void* cutlass_ws = cutlass_bytes == 0 ? nullptr : static_cast<char*>(base) + head;
 
   PrepareParams<K> pp{};
@@ -247,6 +331,7 @@ void run_kernel(const GroupedProblem& p, const GroupedOperands& ops, Workspaces&
   pp.sb = ops.sb;
   pp.n = static_cast<int>(p.n);
   pp.k = static_cast<int>(p.k);
+  pp.kblocks = static_cast<int>((p.k + 127) / 128);
   pp.row = p.scale == ScaleKind::row;
   pp.sa_per_expert = p.sa_per_expert;
   // A and B are K-major with row stride K; D is y's rows (row stride N), or y^T column-major with
@@ -255,6 +340,18 @@ void run_kernel(const GroupedProblem& p, const GroupedOperands& ops, Workspaces&
   pp.db = leading_stride<typename K::StrideB>(p.k);
   pp.dd = leading_stride<typename K::StrideD>(p.n);
   constexpr int kThreads = 128;
+  if constexpr (K::kBlock) {
+    RepackParams rp{pp.groups,
+                    {ops.sa, ops.sa_stride_e, ops.sa_stride_t, ops.sa_stride_c,
+                     p.sa_storage == ScaleStorage::ue8m0_packed},
+                    pp.kblocks, arr.packed_sa};
+    // Enough blocks per expert for the most rows one expert can hold (M_max or M_total).
+    const int64_t most = p.rows * pp.kblocks;
+    const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>((most + 255) / 256, 1, 64)),
+                    static_cast<unsigned>(p.experts));
+    repack_block_sa<<<grid, 256, 0, stream>>>(rp);
+    FP8ROUTE_CUDA_CHECK(cudaGetLastError());
+  }
   const int blocks = static_cast<int>((p.experts + kThreads - 1) / kThreads);
   prepare_groups<K><<<blocks, kThreads, 0, stream>>>(pp);
   FP8ROUTE_CUDA_CHECK(cudaGetLastError());
@@ -272,8 +369,10 @@ void run_kernel(const GroupedProblem& p, const GroupedOperands& ops, Workspaces&
   check_status(K::Gemm::run(params, stream), "launch");
 }
 
-using Wide = Kernel<128, 128, false>;
-using Narrow = Kernel<128, 32, true>;
+template <bool kBlock>
+using Wide = Kernel<128, 128, false, kBlock>;
+template <bool kBlock>
+using Narrow = Kernel<128, 32, true, kBlock>;
 
 }  // namespace cutlass_grouped
 #endif  // FP8ROUTE_HAVE_CUTLASS
@@ -292,7 +391,8 @@ class CutlassGroupedBackend final : public GroupedBackend {
     (void)p;
     return "cutlass: this build has no CUTLASS headers (scripts/setup.sh installs them)";
 #else
-    if (p.scale == ScaleKind::block) return "cutlass: tensor and row scales only (block scales: decode, wgmma, simt)";
+    if (p.scale == ScaleKind::block && p.k % 128 != 0)
+      return "cutlass: block scales need K % 128 == 0, got K = " + std::to_string(p.k);
     if (p.out != DType::bf16) return "cutlass: out must be bf16";
     if (std::string why = sm90_operands_reason(p, "cutlass", std::numeric_limits<int32_t>::max()); !why.empty())
       return why;
@@ -306,10 +406,15 @@ class CutlassGroupedBackend final : public GroupedBackend {
 
   void run(const GroupedProblem& p, const GroupedOperands& ops, cudaStream_t stream) const override {
 #ifdef FP8ROUTE_HAVE_CUTLASS
-    if (p.rows <= kNarrowRows)
-      cutlass_grouped::run_kernel<cutlass_grouped::Narrow>(p, ops, workspaces_, stream);
-    else
-      cutlass_grouped::run_kernel<cutlass_grouped::Wide>(p, ops, workspaces_, stream);
+    namespace cg = cutlass_grouped;
+    const bool narrow = p.rows <= kNarrowRows;
+    if (p.scale == ScaleKind::block) {
+      if (narrow) cg::run_kernel<cg::Narrow<true>>(p, ops, workspaces_, stream);
+      else cg::run_kernel<cg::Wide<true>>(p, ops, workspaces_, stream);
+    } else {
+      if (narrow) cg::run_kernel<cg::Narrow<false>>(p, ops, workspaces_, stream);
+      else cg::run_kernel<cg::Wide<false>>(p, ops, workspaces_, stream);
+    }
 #else
     (void)p, (void)ops, (void)stream;
     FP8ROUTE_FAIL(ErrorCategory::unsupported, "cutlass: this build has no CUTLASS headers");
