@@ -26,6 +26,7 @@ timed with its own CUDA events; the median (bench/e2e.py's method).
   python3 bench/moe_e2e.py                                  # layer and model, batch 1 and 32
   python3 bench/moe_e2e.py --mode layer --batches 1,8,32,64 --variants fp8route,fp8route:block,torch_fp8
   python3 bench/moe_e2e.py --mode model --layers 8 --json moe_e2e.json
+  python3 bench/moe_e2e.py --mode layer --model deepseek-v3-ep8 --moe-layers 4 --variants fp8route,torch_fp8
 
 Memory (model mode, all 48 layers): about 30 GB of FP8 experts shared by fp8route and torch_fp8,
 60 GB of bf16 experts, 30 GB more for fp8route:block (requantized in blocks): the default variants
@@ -53,6 +54,16 @@ QWEN3_30B_A3B = {
     "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0, "tie_word_embeddings": False,
     "use_sliding_window": False, "vocab_size": 151936,
 }
+# The MoE fields of DeepSeek-V3's published config.json (its attention, MLA, is not in fp8route.models:
+# layer mode only). One rank of expert parallelism over 8 GPUs holds 32 of the 256 routed experts.
+DEEPSEEK_V3 = {
+    "model_type": "deepseek_v3", "hidden_act": "silu", "hidden_size": 7168, "num_hidden_layers": 61,
+    "moe_intermediate_size": 2048, "n_routed_experts": 256, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+    "routed_scaling_factor": 2.5, "norm_topk_prob": True, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+    "n_shared_experts": 1, "first_k_dense_replace": 3, "moe_layer_freq": 1, "intermediate_size": 18432,
+}
+MODELS = {"qwen3-30b-a3b": ("Qwen3-30B-A3B", QWEN3_30B_A3B, 1),
+          "deepseek-v3-ep8": ("DeepSeek-V3, one EP-8 rank (32 of 256 experts, routed experts only)", DEEPSEEK_V3, 8)}
 VARIANTS = ("fp8route", "fp8route:block", "torch_fp8", "bf16")
 DEFAULT_VARIANTS = ("fp8route", "torch_fp8", "bf16")
 
@@ -91,22 +102,26 @@ def layer_mode(args, moe, bw, e2e, M):
     rows = []
     blocks = {}  # variant -> [MoeFfn]; one set of FP8 channel experts serves fp8route and torch_fp8
     t0 = time.time()
-    made = [M.random_moe_block(moe, i, "channel", "channel", seed=args.seed, device="cuda")
+    title, _, world = MODELS[args.model]
+    first = moe.sparse_layers[0]
+    made = [M.random_moe_block(moe, first + i, "channel", "channel", seed=args.seed, world=world, device="cuda")
             for i in range(args.moe_layers)]
+    emap = M.expert_map(moe.num_experts, 0, world, device="cuda") if world > 1 else None
     for v in args.variants:
         backend, act = split(v)
         kind, dtype = moe_kind(backend, act)
         be = _make_backend(backend, act, True)
-        blocks[v] = [M.MoeFfn(moe, b["experts"].convert(kind, dtype or torch.float32), b["router"], be, backend, act)
-                     for b in made]
+        def ffn(b):
+            return M.MoeFfn(moe, b["experts"].convert(kind, dtype or torch.float32), b["router"], be, backend, act,
+                            bias=b["bias"], expert_map=emap)
+        blocks[v] = [ffn(b) for b in made]
         if args.torch_glue and backend == "fp8route":
             # The same layer with Fp8MoE's decode glue (routing, dispatch, scatter, combine) in torch ops.
-            blocks[v + "/torch-glue"] = [M.MoeFfn(moe, b["experts"].convert(kind, dtype or torch.float32), b["router"],
-                                                  be, backend, act) for b in made]
+            blocks[v + "/torch-glue"] = [ffn(b) for b in made]
             for f in blocks[v + "/torch-glue"]:
                 f.layer._fused_glue = False
     del made
-    print(f"\n== layer: {args.moe_layers} Qwen3-30B-A3B MoE blocks per replay (built in {time.time() - t0:.0f} s)",
+    print(f"\n== layer: {args.moe_layers} {title} MoE blocks per replay (built in {time.time() - t0:.0f} s)",
           flush=True)
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     for batch in args.batches:
@@ -187,6 +202,8 @@ def model_mode(args, moe, bw, e2e, M):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=("layer", "model", "both"), default="both")
+    ap.add_argument("--model", choices=tuple(MODELS), default="qwen3-30b-a3b",
+                    help="the MoE layer's model (deepseek-v3-ep8: layer mode only)")
     ap.add_argument("--torch-glue", action="store_true",
                     help="layer mode: each fp8route variant also with Fp8MoE's decode glue in torch ops "
                     "(VARIANT/torch-glue), side by side with the fused glue kernels")
@@ -205,7 +222,10 @@ def main():
     import e2e  # bench/e2e.py: copy_bandwidth, interleaved_ms
     from fp8route import models as M
 
-    cfg = dict(QWEN3_30B_A3B)
+    if args.model != "qwen3-30b-a3b" and args.mode != "layer":
+        sys.exit(f"bench/moe_e2e.py: --model {args.model} runs in --mode layer only (fp8route.models has no "
+                 "decoder of it)")
+    cfg = dict(MODELS[args.model][1])
     if args.layers:
         cfg["num_hidden_layers"] = args.layers
     moe = M.MoeConfig.from_hf(cfg)

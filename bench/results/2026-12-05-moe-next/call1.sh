@@ -1,5 +1,5 @@
 #!/bin/bash
-# Planned device call (about 8 minutes, at most 720 s of timeouts: split it where a call has less): what the MoE commits after the
+# Planned device call (about 9 minutes, at most 810 s of timeouts: split it where a call has less): what the MoE commits after the
 # glue run need on a GPU, then their measurements. Carry an archive of build/gpu made from a release
 # build of the tree under test:
 #   FP8ROUTE_STAGE="tools tests python" FP8ROUTE_STAGE_TOOLS=fp8route FP8ROUTE_STAGE_TESTS=test_moe scripts/stage_gpu.sh
@@ -27,10 +27,13 @@ tail -3 $R/moe_py.txt; snap
 t moe_bench 150 python3 bench/moe_bench.py --layers qwen3_30b_a3b.gate_up,deepseek_v3.gate_up,deepseek_v3.down \
   --m 1,4,16,64 --active 8,all --prefill 512,2048 --scales row,block --json $R/moe_bench.json
 tail -30 $R/moe_bench.txt; snap
-# 3. The MoE layer with DeepSeek-V3's routing fused, and the Qwen3-30B-A3B decoder end to end (16 layers).
+# 3. The Qwen3-30B-A3B MoE layer and decoder end to end (16 layers), and a DeepSeek-V3 EP-8 rank's MoE
+#    layer (sigmoid grouped top-k in moe_grouped_topk), each against torch.
 t moe_layer 60 python3 bench/moe_e2e.py --mode layer --batches 1,8,32 --torch-glue --json $R/moe_layer.json
 t moe_model 90 python3 bench/moe_e2e.py --mode model --layers 16 --batches 1,32 --iters 30 --json $R/moe_model.json
-tail -12 $R/moe_layer.txt $R/moe_model.txt; snap
+t moe_layer_ds 90 python3 bench/moe_e2e.py --mode layer --model deepseek-v3-ep8 --moe-layers 4 --batches 1,8,32 \
+  --variants fp8route,torch_fp8 --torch-glue --json $R/moe_layer_ds.json
+tail -12 $R/moe_layer.txt $R/moe_model.txt $R/moe_layer_ds.txt; snap
 # 4. The grouped backends on the catalog's real expert shapes against simt (about 1 GB of random
 #    weights per case, 48 cases: about a minute; never run to the end so far).
 t real_shapes 120 stdbuf -oL $B/tests/test_moe --gtest_filter=MoeFast.RealExpertShapes
