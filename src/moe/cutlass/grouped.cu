@@ -313,7 +313,8 @@ void run_kernel(const GroupedProblem& p, const GroupedOperands& ops, Workspaces&
   const char* who = K::kSwap ? "grouped cutlass (narrow)" : "grouped cutlass (wide)";
   // The per-group arrays first, then CUTLASS's own workspace (its tensor maps), in one buffer that
   // belongs to this stream (or to the graph being captured): concurrent calls never share it.
-  const size_t head = arrays_bytes<K>(p);
+  // CUTLASS's part starts 256-byte aligned: it holds TMA descriptors (64-byte alignment).
+  const size_t head = (arrays_bytes<K>(p) + 255) / 256 * 256;
   Arrays<K> probe{};
   const size_t cutlass_bytes = K::Gemm::get_workspace_size(arguments<K>(p, probe, dev));
   void* base = workspaces.get(dev.index, head + cutlass_bytes, stream, who);
