@@ -53,6 +53,17 @@ du -sh "$dst"
 # What a call carrying build/gpu sends: the working tree (tracked and untracked files git does not
 # ignore) plus build/gpu, against the device tool's 64 MiB limit.
 tree=$(cd "$root" && git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
-staged=$(du -sb "$dst" | cut -f1)
-echo "stage_gpu: carry = tree $((tree >> 20)) MiB + build/gpu $((staged >> 20)) MiB = $(((tree + staged) >> 20)) MiB (limit 64)"
-[ $((tree + staged)) -lt $((64 << 20)) ] || echo "stage_gpu: over the carry limit: stage less (FP8ROUTE_STAGE, FP8ROUTE_STAGE_TESTS), or carry build/gpu/python in a later call of the same warm machine" >&2
+# FP8ROUTE_STAGE_PACK=FILE (a path inside the repository that git ignores) packs build/gpu into one
+# xz archive (about a tenth of its size: the CUDA binaries compress well); carry FILE and unpack it
+# there first with `mkdir -p build && tar xJf FILE -C build`.
+if [ -n "${FP8ROUTE_STAGE_PACK:-}" ]; then
+  mkdir -p "$(dirname "$FP8ROUTE_STAGE_PACK")"
+  tar cf - -C "$root/build" gpu | xz -T2 -9 > "$FP8ROUTE_STAGE_PACK"
+  staged=$(stat -c %s "$FP8ROUTE_STAGE_PACK")
+  what="$FP8ROUTE_STAGE_PACK"
+else
+  staged=$(du -sb "$dst" | cut -f1)
+  what="build/gpu"
+fi
+echo "stage_gpu: carry = tree $((tree >> 20)) MiB + $what $((staged >> 20)) MiB = $(((tree + staged) >> 20)) MiB (limit 64)"
+[ $((tree + staged)) -lt $((64 << 20)) ] || echo "stage_gpu: over the carry limit: stage less (FP8ROUTE_STAGE, FP8ROUTE_STAGE_TESTS), pack it (FP8ROUTE_STAGE_PACK), or carry a part in a later call of the same warm machine" >&2
