@@ -35,6 +35,34 @@ __device__ __forceinline__ float logit(const InT* row, int e) {
   else return static_cast<float>(row[e]);
 }
 
+// Of (v, i) and (ov, oi): whether the other is the better, larger value first, then the lower index.
+__device__ __forceinline__ bool better(float ov, int oi, float v, int i) { return ov > v || (ov == v && oi < i); }
+
+// top_k rounds of a warp arg-max over v[0, n) (larger value first, then the lower index; `floor` is
+// below every value still choosable), each round's winner set to `taken`. Lane k gets round k's
+// index and weight_of(index, value); total is the weights' sum in round order (every lane).
+template <class WeightOf>
+__device__ __forceinline__ void warp_topk(float* v, int n, int top_k, float floor, float taken, int lane,
+                                          WeightOf weight_of, float& w_mine, int& id_mine, float& total) {
+  w_mine = 0.0f, id_mine = 0, total = 0.0f;
+  for (int k = 0; k < top_k; ++k) {
+    float best = floor;
+    int bi = n;
+    for (int e = lane; e < n; e += 32)  // ascending e: a tie keeps the lower index
+      if (v[e] > best) best = v[e], bi = e;
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (better(ov, oi, best, bi)) best = ov, bi = oi;
+    }
+    const float w = weight_of(bi, best);
+    if (lane == k) w_mine = w, id_mine = bi;
+    total = __fadd_rn(total, w);
+    if (bi % 32 == lane) v[bi] = taken;  // the lane that holds it (every index < n has one)
+    __syncwarp();
+  }
+}
+
 // A warp's token: its E probabilities in shared memory p, then top_k rounds of a (value, index)
 // arg-max over the warp (larger value first, then the lower index), each round's winner marked taken
 // (-1, below every probability). A NaN probability is kept as -0.5 (below every real one, above a
@@ -68,23 +96,9 @@ __global__ void __launch_bounds__(kTopkWarps * 32)
     p[e] = isnan(v) ? -0.5f : v;
   }
   __syncwarp();
-  float w_mine = 0.0f, total = 0.0f;
-  int id_mine = 0;
-  for (int k = 0; k < top_k; ++k) {
-    float best = -2.0f;
-    int bi = experts;
-    for (int e = lane; e < experts; e += 32)  // ascending e: a tie keeps the lower index
-      if (p[e] > best) best = p[e], bi = e;
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
-    }
-    if (lane == k) w_mine = best, id_mine = bi;
-    total = __fadd_rn(total, best);
-    if (bi % 32 == lane) p[bi] = -1.0f;  // the lane that holds it (every e < E has one, top_k <= E)
-    __syncwarp();
-  }
+  float w_mine, total;
+  int id_mine;
+  warp_topk(p, experts, top_k, -2.0f, -1.0f, lane, [](int, float best) { return best; }, w_mine, id_mine, total);
   if (lane < top_k) {
     weights[static_cast<int64_t>(t) * top_k + lane] = renormalize ? __fdiv_rn(w_mine, total) : w_mine;
     ids[static_cast<int64_t>(t) * top_k + lane] = id_mine;
@@ -94,9 +108,6 @@ __global__ void __launch_bounds__(kTopkWarps * 32)
 // ---- DeepSeek-V3 grouped top-k: one warp per token ------------------------------------------------
 
 constexpr int kGroupedTopkMaxGroups = 32;  // a group per lane when the groups are ranked
-
-// Of (v, i) and (ov, oi): whether the other is the better, larger value first, then the lower index.
-__device__ __forceinline__ bool better(float ov, int oi, float v, int i) { return ov > v || (ov == v && oi < i); }
 
 // A warp's token: s = sigmoid(logit) and the choice score c = s + bias (clamped to >= -FLT_MAX, so
 // that a NaN or -inf score is the lowest choosable, never outside [0, E)) in shared memory; each
@@ -158,24 +169,12 @@ __global__ void __launch_bounds__(kTopkWarps * 32)
   for (int e = lane; e < experts; e += 32)
     if (!((keep >> (e / gsize)) & 1u)) c[e] = -INFINITY;
   __syncwarp();
-  float w_mine = 0.0f, total = 0.0f;
-  int id_mine = 0;
-  for (int k = 0; k < top_k; ++k) {
-    float best = -INFINITY;
-    int bi = experts;
-    for (int e = lane; e < experts; e += 32)  // ascending e: a tie keeps the lower index
-      if (c[e] > best) best = c[e], bi = e;
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (better(ov, oi, best, bi)) best = ov, bi = oi;
-    }
-    const float w = s[bi];  // bi < E: the kept groups hold at least top_k choosable experts
-    if (lane == k) w_mine = w, id_mine = bi;
-    total = __fadd_rn(total, w);
-    if (bi % 32 == lane) c[bi] = -INFINITY;
-    __syncwarp();
-  }
+  // The weight is s of the winner; it is always an expert (< E): the kept groups hold at least
+  // top_k choosable ones, each above -inf.
+  float w_mine, total;
+  int id_mine;
+  warp_topk(c, experts, top_k, -INFINITY, -INFINITY, lane, [s](int i, float) { return s[i]; }, w_mine, id_mine,
+            total);
   if (lane < top_k) {
     const float w = renormalize ? __fdiv_rn(w_mine, total) : w_mine;
     weights[static_cast<int64_t>(t) * top_k + lane] = __fmul_rn(w, scaling);
@@ -277,7 +276,7 @@ using detail::given;
 
 namespace {
 
-LaunchShape glue_shape(dim3 grid, dim3 block, size_t smem = 0) { return LaunchShape{grid, block, smem, dim3(0, 0, 0), true}; }
+using quant_launch::pdl_shape;
 
 void check_glue_device() { detail::check_sm90_device("MoE glue kernels"); }
 
@@ -340,7 +339,7 @@ TopkShape check_topk(const TensorView& logits, int64_t min_experts, const Tensor
 // One warp per token, `floats_per_token` floats of shared memory each.
 LaunchShape topk_shape(const TopkShape& s, int64_t floats_per_token) {
   const dim3 grid(static_cast<unsigned>((s.tokens + kernels::kTopkWarps - 1) / kernels::kTopkWarps));
-  return glue_shape(grid, kernels::kTopkWarps * 32,
+  return pdl_shape(grid, kernels::kTopkWarps * 32,
                     static_cast<size_t>(kernels::kTopkWarps) * static_cast<size_t>(floats_per_token) * 4);
 }
 
@@ -437,7 +436,7 @@ void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, in
   check_glue_device();
   const int64_t work = std::max(tokens * top_k, experts);  // entries, and the counts to zero
   const int threads = static_cast<int>(std::min<int64_t>(kernels::kDispatchThreads, (work + 31) / 32 * 32));
-  launch_kernel(kernels::masked_dispatch_kernel, glue_shape(dim3(1), dim3(threads)), stream,
+  launch_kernel(kernels::masked_dispatch_kernel, pdl_shape(dim3(1), dim3(threads)), stream,
                 static_cast<const int32_t*>(ids.data), static_cast<int>(tokens * top_k),
                 mapped ? static_cast<const int32_t*>(expert_map.data) : nullptr,
                 mapped ? static_cast<int>(expert_map.size(0)) : 0, static_cast<int>(experts), static_cast<int>(m_max),
@@ -482,7 +481,7 @@ void moe_combine(const TensorView& down_rows, const TensorView& src2dst, const T
   const int threads = static_cast<int>(std::min<int64_t>(kernels::kCombineThreads, (vecs + 31) / 32 * 32));
   dispatch_half(down_rows.dtype, [&]<class RowT>() {
     auto launch = [&]<class OutT>() {
-      launch_kernel(kernels::combine_kernel<RowT, OutT>, glue_shape(grid, dim3(threads)), stream,
+      launch_kernel(kernels::combine_kernel<RowT, OutT>, pdl_shape(grid, dim3(threads)), stream,
                     static_cast<const RowT*>(down_rows.data), down_rows.size(0), static_cast<int>(hidden),
                     static_cast<const int32_t*>(src2dst.data), static_cast<const float*>(weights.data),
                     static_cast<int>(top_k), static_cast<OutT*>(out.data));

@@ -43,7 +43,9 @@ void dispatch_float(DType t, F&& f) {
 
 // Every quant kernel is launched with programmatic dependent launch (core/launch.h): it may start
 // while the previous kernel finishes and waits (griddep_wait) before its first read.
-inline LaunchShape pdl_shape(dim3 grid, dim3 block) { return LaunchShape{grid, block, 0, dim3(0, 0, 0), true}; }
+inline LaunchShape pdl_shape(dim3 grid, dim3 block, size_t smem = 0) {
+  return LaunchShape{grid, block, smem, dim3(0, 0, 0), true};
+}
 
 // x [T, H] of the per-token and per-tensor ops: any H >= 1, any row stride >= H, a pointer aligned
 // to its element (the kernels pick their vector or any-width form by the layout: vector_rows).
