@@ -64,15 +64,22 @@ S leading_stride(int64_t ld) {
 
 // Arguments of a dynamic broadcast node (Stride<bool, _0, _0> or Stride<_0, bool, _0>): `vector`
 // true reads p[i] along the broadcast mode, false reads p[0] everywhere.
-template <class Node, class T>
-typename Node::Arguments broadcast(const T* p, bool vector) {
+// `p` is the node's pointer, or its array of per-group pointers (pointer-array grouped kernels).
+template <class Node, class P>
+typename Node::Arguments broadcast(P p, bool vector) {
   typename Node::StrideMNL s{};
   if constexpr (std::is_same_v<std::remove_cvref_t<decltype(get<0>(s))>, bool>)
     get<0>(s) = vector;
   else
     get<1>(s) = vector;
-  return {p, T(0), s};
+  return {p, {}, s};  // null_default: zero
 }
+
+// Block scales: A (a, or b when swapped) and B granularities; a's scales are M-major, b's K-major.
+template <bool kSwap>
+using BlockScaleConfig =
+    std::conditional_t<kSwap, cutlass::detail::Sm90BlockwiseScaleConfig<128, 1, 128, GMMA::Major::K, GMMA::Major::MN>,
+                       cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, GMMA::Major::MN, GMMA::Major::K>>;
 
 template <ConfigSpec C, class OutT>
 struct Kernel {
@@ -136,10 +143,7 @@ struct Kernel {
       sizeof(typename Epilogue::SharedStorage))>;
 
   // ---- mainloop ----------------------------------------------------------------------------------
-  // Block scales: A (a, or b when swapped) and B granularities; a's scales are M-major, b's K-major.
-  using ScaleConfig = std::conditional_t<
-      kSwap, cutlass::detail::Sm90BlockwiseScaleConfig<128, 1, 128, GMMA::Major::K, GMMA::Major::MN>,
-      cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, GMMA::Major::MN, GMMA::Major::K>>;
+  using ScaleConfig = BlockScaleConfig<kSwap>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 

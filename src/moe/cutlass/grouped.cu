@@ -91,11 +91,8 @@ struct Kernel {
       kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
   using Stages =
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>;
-  // Block scales: granularity 1 x 128 for the activation, 128 x 128 for the weight; the activation's
-  // are M-major (CUTLASS's N-major when swapped), the weight's K-major, as the dense backend has them.
-  using ScaleConfig = std::conditional_t<
-      kSwap, cutlass::detail::Sm90BlockwiseScaleConfig<128, 1, 128, GMMA::Major::K, GMMA::Major::MN>,
-      cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, GMMA::Major::MN, GMMA::Major::K>>;
+  // Block scales as the dense backend lays them out (1 x 128 activation, 128 x 128 weight blocks).
+  using ScaleConfig = gemm::cutlass_sm90::detail::BlockScaleConfig<kSwap>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
   struct RowMainloop {
@@ -119,7 +116,9 @@ struct Kernel {
   using StrideD = typename GemmKernel::InternalStrideD;
 };
 
-using gemm::cutlass_sm90::detail::leading_stride;  // the dense CUTLASS backend's stride helper
+// The dense CUTLASS backend's helpers: a stride with its leading dimension set, a broadcast node's arguments.
+using gemm::cutlass_sm90::detail::broadcast;
+using gemm::cutlass_sm90::detail::leading_stride;
 
 // CUTLASS's per-group arguments, in one workspace buffer.
 template <class K>
@@ -217,55 +216,35 @@ __global__ void repack_block_sa(const RepackParams p) {
 
 constexpr size_t round16(size_t v) { return (v + 15) / 16 * 16; }
 
+// The per-group arrays laid out from `base`, each 16-byte aligned; `bytes` gets the size they take.
+// With a null base only the size is computed (every pointer null).
 template <class K>
-size_t arrays_bytes(const GroupedProblem& p) {
+Arrays<K> carve(void* base, const GroupedProblem& p, size_t& bytes) {
   const size_t e = static_cast<size_t>(p.experts);
-  size_t bytes = round16(e * sizeof(typename K::Shape3)) + 5 * round16(e * sizeof(void*)) +
-                 round16(e * sizeof(typename K::StrideA)) + round16(e * sizeof(typename K::StrideB)) +
-                 round16(e * sizeof(typename K::StrideD));
-  if constexpr (K::kBlock)
-    bytes += round16(e * sizeof(typename K::LayoutSFA)) + round16(e * sizeof(typename K::LayoutSFB)) +
-             round16(static_cast<size_t>(a_rows(p)) * static_cast<size_t>((p.k + 127) / 128) * sizeof(float));
-  return bytes;
-}
-
-template <class K>
-Arrays<K> carve(void* base, const GroupedProblem& p) {
-  const size_t e = static_cast<size_t>(p.experts);
-  char* at = static_cast<char*>(base);
-  auto take = [&](size_t bytes) {
-    char* q = at;
-    at += round16(bytes);
-    return q;
+  bytes = 0;
+  auto take = [&](size_t n) -> void* {
+    const size_t at = bytes;
+    bytes += round16(n);
+    return base ? static_cast<char*>(base) + at : nullptr;
   };
   Arrays<K> r;
-  r.shapes = reinterpret_cast<typename K::Shape3*>(take(e * sizeof(typename K::Shape3)));
-  r.a = reinterpret_cast<const typename K::E4m3**>(take(e * sizeof(void*)));
-  r.b = reinterpret_cast<const typename K::E4m3**>(take(e * sizeof(void*)));
-  r.d = reinterpret_cast<typename K::OutT**>(take(e * sizeof(void*)));
-  r.sa = reinterpret_cast<const float**>(take(e * sizeof(void*)));
-  r.sb = reinterpret_cast<const float**>(take(e * sizeof(void*)));
-  r.da = reinterpret_cast<typename K::StrideA*>(take(e * sizeof(typename K::StrideA)));
-  r.db = reinterpret_cast<typename K::StrideB*>(take(e * sizeof(typename K::StrideB)));
-  r.dd = reinterpret_cast<typename K::StrideD*>(take(e * sizeof(typename K::StrideD)));
+  r.shapes = static_cast<typename K::Shape3*>(take(e * sizeof(typename K::Shape3)));
+  r.a = static_cast<const typename K::E4m3**>(take(e * sizeof(void*)));
+  r.b = static_cast<const typename K::E4m3**>(take(e * sizeof(void*)));
+  r.d = static_cast<typename K::OutT**>(take(e * sizeof(void*)));
+  r.sa = static_cast<const float**>(take(e * sizeof(void*)));
+  r.sb = static_cast<const float**>(take(e * sizeof(void*)));
+  r.da = static_cast<typename K::StrideA*>(take(e * sizeof(typename K::StrideA)));
+  r.db = static_cast<typename K::StrideB*>(take(e * sizeof(typename K::StrideB)));
+  r.dd = static_cast<typename K::StrideD*>(take(e * sizeof(typename K::StrideD)));
   r.lsfa = nullptr, r.lsfb = nullptr, r.packed_sa = nullptr;
   if constexpr (K::kBlock) {
-    r.lsfa = reinterpret_cast<typename K::LayoutSFA*>(take(e * sizeof(typename K::LayoutSFA)));
-    r.lsfb = reinterpret_cast<typename K::LayoutSFB*>(take(e * sizeof(typename K::LayoutSFB)));
-    r.packed_sa = reinterpret_cast<float*>(
+    r.lsfa = static_cast<typename K::LayoutSFA*>(take(e * sizeof(typename K::LayoutSFA)));
+    r.lsfb = static_cast<typename K::LayoutSFB*>(take(e * sizeof(typename K::LayoutSFB)));
+    r.packed_sa = static_cast<float*>(
         take(static_cast<size_t>(a_rows(p)) * static_cast<size_t>((p.k + 127) / 128) * sizeof(float)));
   }
   return r;
-}
-
-template <class Node>
-typename Node::Arguments broadcast(const float* const* p, bool vector) {
-  typename Node::StrideMNL s{};
-  if constexpr (std::is_same_v<std::remove_cvref_t<decltype(get<0>(s))>, bool>)
-    get<0>(s) = vector;
-  else
-    get<1>(s) = vector;
-  return {p, 0.0f, s};
 }
 
 inline void check_status(cutlass::Status s, const char* what) {
@@ -314,11 +293,12 @@ void run_kernel(const GroupedProblem& p, const GroupedOperands& ops, Workspaces&
   // The per-group arrays first, then CUTLASS's own workspace (its tensor maps), in one buffer that
   // belongs to this stream (or to the graph being captured): concurrent calls never share it.
   // CUTLASS's part starts 256-byte aligned: it holds TMA descriptors (64-byte alignment).
-  const size_t head = (arrays_bytes<K>(p) + 255) / 256 * 256;
-  Arrays<K> probe{};
+  size_t arrays = 0;
+  const Arrays<K> probe = carve<K>(nullptr, p, arrays);
+  const size_t head = (arrays + 255) / 256 * 256;
   const size_t cutlass_bytes = K::Gemm::get_workspace_size(arguments<K>(p, probe, dev));
   void* base = workspaces.get(dev.index, head + cutlass_bytes, stream, who);
-  const Arrays<K> arr = carve<K>(base, p);
+  const Arrays<K> arr = carve<K>(base, p, arrays);
   void* cutlass_ws = cutlass_bytes == 0 ? nullptr : static_cast<char*>(base) + head;
 
   PrepareParams<K> pp{};
