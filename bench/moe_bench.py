@@ -27,13 +27,13 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import fp8route  # noqa: E402
+from fp8route import tune_grouped  # noqa: E402  (the operands of a grouped call)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e  # noqa: E402  (bench/e2e.py: copy_bandwidth)
 from python_bench import l2_bytes, time_interleaved  # noqa: E402  (the interleaved graph timing)
 
 DEV = "cuda"
-E4M3 = torch.float8_e4m3fn
 
 # (experts on one GPU, N, K) of the catalog's MoE projections (docs/moe.md, shapes/).
 LAYERS = {
@@ -55,26 +55,8 @@ def counts_for(e, active, m, gen):
 
 
 def make_set(form, scale, e, n, k, counts, m_max):
-    """Operands of one rotation set: fp8route's arguments and torch's (row scales only)."""
-    b = torch.randn(e, n, k, device=DEV).clamp(-4, 4).to(E4M3)
-    kb, nb = k // 128, (n + 127) // 128
-    if form == "masked":
-        a = torch.randn(e, m_max, k, device=DEV).clamp(-4, 4).to(E4M3)
-        groups = counts.to(DEV)
-        t, lead = m_max, (e,)
-    else:
-        total = int(counts.sum())
-        a = torch.randn(max(total, 1), k, device=DEV).clamp(-4, 4).to(E4M3)
-        groups = torch.cat([torch.zeros(1, dtype=torch.int32), counts.cumsum(0).to(torch.int32)]).to(DEV)
-        t, lead = max(total, 1), ()
-    if scale == "row":
-        sa = torch.rand(*lead, t, device=DEV) + 0.5
-        sb = torch.rand(e, n, device=DEV) + 0.5
-    else:  # block: group quant's default col_major_tma layout, f32
-        sa = torch.rand(*lead, kb, (t + 3) // 4 * 4, device=DEV) + 0.5
-        sb = torch.rand(e, nb, kb, device=DEV) + 0.5
-    out = torch.empty(*a.shape[:-1], n, dtype=torch.bfloat16, device=DEV)
-    return dict(a=a, b=b, sa=sa, sb=sb, groups=groups, out=out)
+    """Operands of one rotation set (weights of its own): fp8route's arguments and torch's (row scales only)."""
+    return tune_grouped.operands(form, scale, e, n, k, counts, m_max, *tune_grouped.weights(scale, e, n, k))
 
 
 def ours(s, form, scale, backend):

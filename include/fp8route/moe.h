@@ -34,6 +34,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,7 @@
 #include "fp8route/dtype.h"
 #include "fp8route/quant_layout.h"
 #include "fp8route/scale_kind.h"
+#include "fp8route/table.h"
 #include "fp8route/tensor.h"
 
 namespace fp8route {
@@ -101,14 +103,75 @@ void grouped_scaled_mm(const GroupedMmArgs& args, std::string_view backend, cuda
 // groups of at most 64 rows: masked M_max <= 64 or contiguous M_total <= 64, streams only the
 // active experts' weights); "wgmma" (tensor cores, persistent 128-row tiles over (expert, n-tile,
 // m-tile), any group sizes); "cutlass" (CUTLASS's pointer-array grouped GEMM, bf16 out, block scales
-// with K % 128 == 0, in builds with the CUTLASS headers). The default (grouped_default_backend): decode while groups are short
-// (masked M_max <= 8, contiguous M_total <= 16), else wgmma, else simt (docs/moe.md, Backends).
+// with K % 128 == 0, in builds with the CUTLASS headers). The default (grouped_default_backend): the
+// grouped routing table's choice where it has one, else decode while groups are short (masked
+// M_max <= 8, contiguous M_total <= 16), else wgmma, else simt (docs/moe.md, Routing).
 std::vector<std::string> grouped_backends();
 // Why `backend` cannot run `p` on the current device, or "" when it can.
 std::string grouped_supports(std::string_view backend, const GroupedProblem& p);
-// The backend grouped_scaled_mm runs p with when none is named (docs/moe.md, Backends: the
-// default rule); "simt" where no tensor-core backend runs p, and without a GPU.
+// The backend grouped_scaled_mm runs p with when none is named (docs/moe.md, Routing); "simt"
+// where no tensor-core backend runs p, and without a GPU.
 std::string grouped_default_backend(const GroupedProblem& p);
+// Why: the table entry and measured rows it routes by and each backend's time there, or the rule.
+std::string explain_grouped(const GroupedProblem& p);
+
+// ---- Grouped routing tables (docs/moe.md, Routing) --------------------------------------------------
+// Per (form, scale, out, E, N, K) of a layer: each grouped backend's time at measured rows (M_max
+// masked, M_total contiguous), with the device counts drawn as `source` says (fp8route.tune_grouped:
+// a model's top-k routing, uniform over its experts). A problem is routed by the entry of its form
+// and scale (and out dtype, else the other) nearest in (E, N, K) (sum of |ln| ratios; an exact match
+// is distance 0), at the smallest measured rows >= its rows (the largest, above them): the fastest
+// measured backend there that supports it. No entry of its form and scale, or no measured backend
+// that runs it: the rule above.
+struct GroupedMeasured {
+  int64_t rows = 0;
+  std::string backend;
+  double us = 0;
+  bool operator==(const GroupedMeasured&) const = default;
+};
+
+struct GroupedTableEntry {
+  GroupedForm form = GroupedForm::masked;
+  ScaleKind scale = ScaleKind::block;
+  DType out = DType::bf16;
+  int64_t experts = 0, n = 0, k = 0;
+  std::string source;  // the workload measured ("deepseek-v3 ep8 top_k 8 uniform"), informative
+  std::vector<GroupedMeasured> measured;  // non-empty; (rows, backend) at most once
+  bool operator==(const GroupedTableEntry&) const = default;
+};
+
+struct GroupedRoutingTable {
+  TableStamp stamp;
+  std::vector<GroupedTableEntry> entries;  // (form, scale, out, experts, n, k) at most once
+  bool operator==(const GroupedRoutingTable&) const = default;
+};
+
+// Throws Error(io_error) naming the file, the JSON path and what is wrong (format
+// "fp8route-grouped-table", version 1; the fields above; a backend this build lacks is an error).
+GroupedRoutingTable load_grouped_table(const std::string& path);
+void save_grouped_table(const GroupedRoutingTable& table, const std::string& path);
+
+// The table's choice for p ("" when it has none), `supports` answering for a backend as
+// grouped_supports does; *why (when given) says which entry, rows and times decided.
+std::string grouped_table_choice(const GroupedRoutingTable& table, const GroupedProblem& p,
+                                 const std::function<std::string(std::string_view)>& supports,
+                                 std::string* why = nullptr);
+
+// The process-wide grouped table, loaded at the first routed grouped call from
+// default_grouped_table_path(): $FP8ROUTE_GROUPED_TABLE, else routes/h200-grouped.json found as
+// default_table_path() finds routes/h200.json. None found: the rule routes, and that is no error; a
+// file that does not load: the rule routes and grouped_table_info() keeps the error.
+std::string default_grouped_table_path();
+// Replaces the process-wide grouped table with the one at `path` (throws as load_grouped_table,
+// keeping the previous one); "" drops it (the rule routes every grouped call).
+void load_default_grouped_table(const std::string& path);
+struct GroupedTableInfo {
+  std::string path;        // the file in use ("" none)
+  std::string load_error;  // why the default file did not load ("" none)
+  size_t entries = 0;
+  TableStamp stamp;
+};
+GroupedTableInfo grouped_table_info();
 
 // ---- Decode glue (docs/moe.md, "The decode glue kernels") ------------------------------------------
 // The small steps around the masked grouped GEMMs of a decode step, one kernel each. The same

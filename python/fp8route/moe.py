@@ -4,7 +4,7 @@ grouped_scaled_mm works on any DLPack tensor given out=; the routing helpers, Fp
 reference_moe need torch. Everything the layer does after the router logits runs on the device with
 shapes fixed by the number of tokens, so a decode step (the masked path) captures in one CUDA graph.
 """
-from ._native import lib
+from ._native import lib, plain
 from .ops import _bits, _is_torch, _out_name, _NOT_TORCH
 
 try:
@@ -71,6 +71,24 @@ def _grouped(a, b, scale_a, scale_b, groups, form, kind, layout, name, out, back
         out = torch.empty(size=shape, dtype=_TORCH_OUT[name], device=a.device)
     lib.grouped_scaled_mm(_bits(a), _bits(b), scale_a, scale_b, groups, out, form, kind, layout, backend)
     return out
+
+
+def explain_grouped(form, scale, experts, rows, n, k, out_dtype="bf16"):
+    """Which backend grouped_scaled_mm runs a problem with when none is named, and why: the grouped
+    routing table's entry, measured rows and times, or the rule (docs/moe.md, Routing). rows is
+    M_max (masked) or M_total (contiguous)."""
+    return str(lib.explain_grouped(form, scale, int(experts), int(rows), int(n), int(k), _out_name(out_dtype)))
+
+
+def load_grouped_table(path):
+    """Route grouped calls by this grouped routing table from now on (ValueError naming the file if it
+    does not load; the table in use stays). "" drops the table: the rule routes every grouped call."""
+    lib.load_grouped_table(str(path))
+
+
+def grouped_table_info():
+    """The grouped routing table in use: {"path" ("" none), "entries", "stamp", "load_error"}."""
+    return plain(lib.grouped_table_info())
 
 
 # ------------------------------------------------------------------------------------------------

@@ -524,18 +524,64 @@ void save_table(String path, Array<Any> timings) {
   });
 }
 
+Dict stamp_dict(const fp8route::TableStamp& st) {
+  return Dict{{"gpu", utf8(st.gpu)},           {"sm_count", int64_t(st.sm_count)},
+              {"cuda", utf8(st.cuda)},         {"cublaslt", utf8(st.cublaslt)},
+              {"fp8route", utf8(st.fp8route)}, {"date", utf8(st.date)}};
+}
+
 // {"default_path", "entries", "stamp": {...}, "load_error"} of the table scaled_mm routes by.
 Dict table_info() {
   return guarded([&] {
     const auto r = fp8route::default_router();
-    const fp8route::TableStamp& st = r->table().stamp;
-    const Dict stamp{{"gpu", utf8(st.gpu)},           {"sm_count", int64_t(st.sm_count)},
-                     {"cuda", utf8(st.cuda)},         {"cublaslt", utf8(st.cublaslt)},
-                     {"fp8route", utf8(st.fp8route)}, {"date", utf8(st.date)}};
     return Dict{{"default_path", utf8(fp8route::default_table_path())},
                 {"entries", int64_t(r->table().entries.size())},
                 {"load_error", utf8(r->load_error())},
-                {"stamp", stamp}};
+                {"stamp", stamp_dict(r->table().stamp)}};
+  });
+}
+
+// The grouped routing table (docs/moe.md, Routing): {"path", "entries", "stamp", "load_error"}.
+Dict grouped_table_info() {
+  return guarded([&] {
+    const fp8route::GroupedTableInfo i = fp8route::grouped_table_info();
+    return Dict{{"path", utf8(i.path)},
+                {"entries", int64_t(i.entries)},
+                {"load_error", utf8(i.load_error)},
+                {"stamp", stamp_dict(i.stamp)}};
+  });
+}
+
+// This machine's stamp (device 0, today), for a table measured here.
+Dict machine_stamp() {
+  return guarded([&] { return stamp_dict(fp8route::stamp_this_machine()); });
+}
+
+Array<String> grouped_backends() {
+  return guarded([&] {
+    Array<String> out;
+    for (const std::string& b : fp8route::grouped_backends()) out.push_back(String(b));
+    return out;
+  });
+}
+
+void load_grouped_table(String path) {
+  guarded([&] { fp8route::load_default_grouped_table(std::string(path)); });
+}
+
+// A grouped problem as the host sees it (16-byte aligned operands, block scales in the default
+// layout, f32), routed by the default: which backend and why.
+String explain_grouped(String form, String scale, int64_t experts, int64_t rows, int64_t n, int64_t k, String out) {
+  return guarded([&] {
+    FP8ROUTE_CHECK(experts >= 1 && rows >= 1 && n >= 1 && k >= 1,
+                   "experts, rows, n, k: must be >= 1, got " << experts << ", " << rows << ", " << n << ", " << k);
+    fp8route::GroupedProblem p;
+    p.form = fp8route::parse_grouped_form(std::string(form));
+    p.scale = fp8route::parse_scale_kind(std::string(scale));
+    p.out = fp8route::parse_dtype(std::string(out), "out_dtype");
+    p.experts = experts, p.rows = rows, p.n = n, p.k = k;
+    p.sa_per_expert = p.scale != fp8route::ScaleKind::tensor;
+    return String(fp8route::explain_grouped(p));
   });
 }
 
@@ -781,6 +827,11 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_combine, moe_combine);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(explain, explain);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(load_table, load_table);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(table_info, table_info);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_table_info, grouped_table_info);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(load_grouped_table, load_grouped_table);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(machine_stamp, machine_stamp);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_backends, grouped_backends);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(explain_grouped, explain_grouped);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(save_table, save_table);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(linear_plan_create, linear_plan_create);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(probe_shapes, probe_shapes);

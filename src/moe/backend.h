@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,7 +44,10 @@ const GroupedBackend& wgmma_backend();   // moe/wgmma: persistent 128-row wgmma 
 const GroupedBackend& cutlass_backend(); // moe/cutlass: CUTLASS's pointer-array grouped GEMM, every scale kind
 const std::vector<const GroupedBackend*>& all_grouped_backends();
 const GroupedBackend& find_grouped_backend(std::string_view name);
-// The default backend for p (docs/moe.md, Backends; the rule in grouped_mm.cpp).
+// The default backend for p (docs/moe.md, Routing): the grouped table's choice, else the rule in
+// grouped_mm.cpp.
 const GroupedBackend& default_grouped_backend(const GroupedProblem& p);
+// The process-wide grouped routing table (grouped_table.cpp), loaded at the first call; nullptr: none.
+std::shared_ptr<const GroupedRoutingTable> default_grouped_table();
 
 }  // namespace fp8route::moe

@@ -267,6 +267,24 @@ std::string grouped_default_backend(const GroupedProblem& p) {
   return std::string(moe::default_grouped_backend(p).name());
 }
 
+std::string explain_grouped(const GroupedProblem& p) {
+  std::ostringstream os;
+  os << to_string(p) << ": " << moe::default_grouped_backend(p).name() << "\n";
+  const GroupedTableInfo info = grouped_table_info();
+  if (const auto t = moe::default_grouped_table()) {
+    std::string why;
+    const std::string c = grouped_table_choice(*t, p, [&](std::string_view b) { return grouped_supports(b, p); }, &why);
+    os << "grouped table " << info.path << " (" << t->stamp.gpu << ", measured " << t->stamp.date << "): " << why
+       << "\n";
+    if (c.empty()) os << "the rule decides (docs/moe.md, Routing)\n";
+  } else {
+    os << "no grouped table ("
+       << (info.load_error.empty() ? "none found; FP8ROUTE_GROUPED_TABLE names one" : info.load_error)
+       << "); the rule decides (docs/moe.md, Routing)\n";
+  }
+  return os.str();
+}
+
 namespace moe {
 
 const std::vector<const GroupedBackend*>& all_grouped_backends() {
@@ -275,7 +293,7 @@ const std::vector<const GroupedBackend*>& all_grouped_backends() {
   return list;
 }
 
-// A rule from measurement until grouped calls are routed by a table (docs/moe.md, Backends). decode
+// The rule, where the grouped table has no choice (docs/moe.md, Routing). decode
 // reads only the active experts' weights and wins at the few rows per expert of a decode step; but it
 // sizes its tiles and K split for the rows it may meet (masked: M_max; contiguous: up to M_total
 // active experts), so past a few rows wgmma's 128-row tiles, whose cost is flat up to 128 rows, take
@@ -290,6 +308,11 @@ static bool decode_is_faster(const GroupedProblem& p) {
 }
 
 const GroupedBackend& default_grouped_backend(const GroupedProblem& p) {
+  if (const auto t = default_grouped_table()) {
+    const std::string c =
+        grouped_table_choice(*t, p, [&](std::string_view b) { return find_grouped_backend(b).supports(p); });
+    if (!c.empty()) return find_grouped_backend(c);
+  }
   if (decode_is_faster(p) && decode_backend().supports(p).empty()) return decode_backend();
   if (wgmma_backend().supports(p).empty()) return wgmma_backend();
   if (decode_backend().supports(p).empty()) return decode_backend();

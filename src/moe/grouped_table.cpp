@@ -1,0 +1,232 @@
+// Grouped routing tables (include/fp8route/moe.h, docs/moe.md "Routing"): the file format, the
+// choice for a problem, and the process-wide table the default grouped backend consults.
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+#include "fp8route/tuning/env.h"
+#include "fp8route/error.h"
+#include "fp8route/moe.h"
+#include "fp8route/tuning/data_files.h"
+#include "fp8route/tuning/record_reader.h"
+
+namespace fp8route {
+
+namespace {
+
+constexpr const char* kFormat = "fp8route-grouped-table";
+constexpr int64_t kFormatVersion = 1;
+constexpr const char* kDefaultFile = "routes/h200-grouped.json";
+
+using json_reader::element;
+using json_reader::Json;
+using json_reader::member;
+
+// An entry of another out dtype counts only after every entry of p's own.
+constexpr double kOtherOutDistance = 1e6;
+
+double distance(const GroupedTableEntry& e, const GroupedProblem& p) {
+  const auto lr = [](int64_t a, int64_t b) { return std::abs(std::log(double(a) / double(b))); };
+  return lr(e.experts, std::max<int64_t>(p.experts, 1)) + lr(e.n, std::max<int64_t>(p.n, 1)) +
+         lr(e.k, std::max<int64_t>(p.k, 1)) + (e.out == p.out ? 0.0 : kOtherOutDistance);
+}
+
+std::string entry_key(const GroupedTableEntry& e) {
+  std::ostringstream os;
+  os << name(e.form) << ' ' << name(e.scale) << ' ' << dtype_name(e.out) << " e=" << e.experts << " n=" << e.n
+     << " k=" << e.k;
+  return os.str();
+}
+
+struct DefaultTable {
+  std::mutex mu;
+  bool tried = false;  // the default file was looked for
+  std::shared_ptr<const GroupedRoutingTable> table;
+  std::string path, error;
+};
+
+DefaultTable& default_state() {
+  static DefaultTable d;
+  return d;
+}
+
+}  // namespace
+
+GroupedRoutingTable load_grouped_table(const std::string& path) {
+  if (path.empty())
+    FP8ROUTE_FAIL(ErrorCategory::io_error,
+                  "grouped routing table: " << data_file_not_found(kDefaultFile) << "; FP8ROUTE_GROUPED_TABLE names one");
+  const std::vector<std::string> known = grouped_backends();
+  const RecordReader rd("grouped routing table " + path, known);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) rd.fail("file", "cannot open");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const Json j = rd.document(buf.str(), kFormat, kFormatVersion);
+
+  GroupedRoutingTable t;
+  t.stamp = rd.stamp(rd.field(j, "stamp", ""));
+  const Json& entries = rd.array(rd.field(j, "entries", ""), "entries");
+  std::map<std::tuple<GroupedForm, ScaleKind, DType, int64_t, int64_t, int64_t>, size_t> seen;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string w = element("entries", i);
+    const Json& je = rd.object(entries[i], w);
+    GroupedTableEntry e;
+    const std::string form = rd.str(rd.field(je, "form", w), member(w, "form"));
+    e.form = rd.parsed([&] { return parse_grouped_form(form); }, member(w, "form"));
+    const std::string scale = rd.str(rd.field(je, "scale", w), member(w, "scale"));
+    e.scale = rd.parsed([&] { return parse_scale_kind(scale); }, member(w, "scale"));
+    e.out = rd.out(rd.field(je, "out", w), member(w, "out"));
+    e.experts = rd.integer(rd.field(je, "experts", w), member(w, "experts"), 1, json_reader::kMaxDim);
+    e.n = rd.integer(rd.field(je, "n", w), member(w, "n"), 1, json_reader::kMaxDim);
+    e.k = rd.integer(rd.field(je, "k", w), member(w, "k"), 1, json_reader::kMaxDim);
+    if (const Json* src = rd.optional_field(je, "source", w)) e.source = rd.str(*src, member(w, "source"));
+    if (auto [it, fresh] = seen.try_emplace({e.form, e.scale, e.out, e.experts, e.n, e.k}, i); !fresh)
+      rd.fail(w, "same (form, scale, out, experts, n, k) as entries[" + std::to_string(it->second) + "]");
+
+    const std::string wms = member(w, "measured");
+    const Json& ms = rd.array(rd.field(je, "measured", w), wms, 1);
+    std::map<std::pair<int64_t, std::string>, size_t> at;
+    for (size_t r = 0; r < ms.size(); ++r) {
+      const std::string wr = element(wms, r);
+      GroupedMeasured m{rd.integer(rd.at(ms[r], 0, wr), wr + "[0] (rows)", 1, json_reader::kMaxDim),
+                        rd.backend(rd.at(ms[r], 1, wr), wr + "[1] (backend)"),
+                        rd.positive(rd.at(ms[r], 2, wr), wr + "[2] (us)", "a positive time in microseconds")};
+      if (auto [it, fresh] = at.try_emplace({m.rows, m.backend}, r); !fresh)
+        rd.fail(wr, "same (rows, backend) as " + element(wms, it->second));
+      e.measured.push_back(std::move(m));
+    }
+    t.entries.push_back(std::move(e));
+  }
+  return t;
+}
+
+void save_grouped_table(const GroupedRoutingTable& t, const std::string& path) {
+  // One measurement a line, so that a re-measured table's diff reads; full precision round-trips.
+  std::ostringstream os;
+  os.precision(17);
+  const auto q = [](const std::string& s) { return Json(s).dump(); };
+  const TableStamp& s = t.stamp;
+  os << "{\n\"format\": " << q(kFormat) << ",\n\"version\": " << kFormatVersion << ",\n\"stamp\": {\"gpu\": "
+     << q(s.gpu) << ", \"sm_count\": " << s.sm_count << ", \"cuda\": " << q(s.cuda) << ", \"cublaslt\": "
+     << q(s.cublaslt) << ", \"fp8route\": " << q(s.fp8route) << ", \"date\": " << q(s.date) << "},\n\"entries\": [";
+  for (size_t i = 0; i < t.entries.size(); ++i) {
+    const GroupedTableEntry& e = t.entries[i];
+    os << (i ? ",\n" : "\n") << "{\"form\": " << q(std::string(name(e.form))) << ", \"scale\": "
+       << q(std::string(name(e.scale))) << ", \"out\": " << q(std::string(dtype_name(e.out)))
+       << ", \"experts\": " << e.experts << ", \"n\": " << e.n << ", \"k\": " << e.k << ", \"source\": " << q(e.source)
+       << ",\n \"measured\": [";
+    for (size_t r = 0; r < e.measured.size(); ++r)
+      os << (r ? ",\n  " : "\n  ") << "[" << e.measured[r].rows << ", " << q(e.measured[r].backend) << ", "
+         << e.measured[r].us << "]";
+    os << "]}";
+  }
+  os << "\n]\n}\n";
+  std::ofstream f(path, std::ios::binary);
+  f << os.str();
+  f.close();
+  if (!f) FP8ROUTE_FAIL(ErrorCategory::io_error, "grouped routing table " << path << ": cannot write");
+}
+
+std::string grouped_table_choice(const GroupedRoutingTable& table, const GroupedProblem& p,
+                                 const std::function<std::string(std::string_view)>& supports, std::string* why) {
+  const GroupedTableEntry* best = nullptr;
+  double best_d = 0;
+  for (const GroupedTableEntry& e : table.entries) {
+    if (e.form != p.form || e.scale != p.scale) continue;
+    const double d = distance(e, p);
+    if (!best || d < best_d) best = &e, best_d = d;
+  }
+  if (!best) {
+    if (why) *why = "no entry of form " + std::string(name(p.form)) + " and scale " + std::string(name(p.scale));
+    return "";
+  }
+  // The smallest measured rows >= p.rows, else the largest.
+  std::set<int64_t> rows;
+  for (const GroupedMeasured& m : best->measured) rows.insert(m.rows);
+  const auto it = rows.lower_bound(p.rows);
+  const int64_t at = it != rows.end() ? *it : *rows.rbegin();
+  std::vector<const GroupedMeasured*> ranked;
+  for (const GroupedMeasured& m : best->measured)
+    if (m.rows == at) ranked.push_back(&m);
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto* a, const auto* b) { return a->us < b->us; });
+
+  std::ostringstream os;
+  os.precision(4);
+  os << "entry " << entry_key(*best);
+  if (!best->source.empty()) os << " (" << best->source << ")";
+  if (best_d == 0) os << ", exact";
+  else os << ", nearest (distance " << best_d << ")";
+  os << "; at measured rows " << at << (at >= p.rows ? "" : " (the largest measured)") << ":";
+  std::string chosen;
+  for (const GroupedMeasured* m : ranked) {
+    os << ' ' << m->backend << ' ' << m->us << " us";
+    const std::string no = supports(m->backend);
+    if (!no.empty()) os << " (cannot run: " << no << ")";
+    else if (chosen.empty()) chosen = m->backend, os << " (chosen)";
+    os << ';';
+  }
+  if (chosen.empty()) os << " none of them runs the problem";
+  if (why) *why = os.str();
+  return chosen;
+}
+
+std::string default_grouped_table_path() {
+  if (const auto t = env::get("FP8ROUTE_GROUPED_TABLE")) return *t;
+  return find_data_file(kDefaultFile);
+}
+
+namespace moe {
+
+// The process-wide table (nullptr: none), loaded once at the first call.
+std::shared_ptr<const GroupedRoutingTable> default_grouped_table() {
+  DefaultTable& d = default_state();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (!d.tried) {
+    d.tried = true;
+    const std::string path = default_grouped_table_path();
+    if (!path.empty()) {
+      try {
+        d.table = std::make_shared<const GroupedRoutingTable>(load_grouped_table(path));
+        d.path = path;
+      } catch (const std::exception& e) {  // a damaged file routes by the rule; info() says why
+        d.error = e.what();
+      }
+    }
+  }
+  return d.table;
+}
+
+}  // namespace moe
+
+void load_default_grouped_table(const std::string& path) {
+  std::shared_ptr<const GroupedRoutingTable> t;
+  if (!path.empty()) t = std::make_shared<const GroupedRoutingTable>(load_grouped_table(path));
+  DefaultTable& d = default_state();
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.tried = true;
+  d.table = std::move(t);
+  d.path = path;
+  d.error.clear();
+}
+
+GroupedTableInfo grouped_table_info() {
+  moe::default_grouped_table();  // the first look, if no call made it yet
+  DefaultTable& d = default_state();
+  std::lock_guard<std::mutex> lock(d.mu);
+  GroupedTableInfo info;
+  info.path = d.table ? d.path : "";
+  info.load_error = d.error;
+  if (d.table) info.entries = d.table->entries.size(), info.stamp = d.table->stamp;
+  return info;
+}
+
+}  // namespace fp8route
