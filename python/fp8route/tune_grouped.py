@@ -5,7 +5,7 @@ writes a grouped routing table (docs/moe.md, Routing), which grouped_scaled_mm t
   python3 -m fp8route.tune_grouped --out FILE [--models deepseek-v3,qwen3-30b-a3b,...]
         [--forms masked,contiguous] [--scales block,row,tensor] [--masked-rows 1,2,4,...]
         [--contiguous-rows 1,2,...,32768] [--backends decode,wgmma,cutlass] [--catalog models.json]
-        [--seed 0] [--sets-max 8] [--dry-run]
+        [--seed 0] [--sets-max 8] [--resume] [--dry-run]
 
 One entry per (form, scale, E, N, K): each expert projection (gate_up, down) of each catalog model
 and expert-parallel degree of its "moe" section, E being the experts one GPU holds (experts / ep).
@@ -17,8 +17,9 @@ experts. Each rotation set draws its own routing (and activations); the weights 
 
 Every backend that runs the problem is timed side by side (fp8route._timing: CUDA graphs over the
 rotation sets, interleaved replays, cold L2, median of 20). FILE, when it exists, is read first: its
-entries are kept and those measured again are replaced, so a long tune can be run in parts. Progress
-goes to stderr, one line per point.
+entries are kept and those measured again are replaced, so a long tune can be run in parts (--resume
+skips the entries FILE already has, to go on after a run was cut off). Progress goes to stderr, one
+line per point.
 """
 import argparse
 import json
@@ -243,6 +244,7 @@ def main(argv=None):
     ap.add_argument("--catalog", default="", help="shapes/models.json (default: found as the library finds its data)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sets-max", type=int, default=8, help="rotation sets at most (each its own routing)")
+    ap.add_argument("--resume", action="store_true", help="skip the entries --out already has")
     ap.add_argument("--dry-run", action="store_true", help="list the entries and rows, measure nothing")
     args = ap.parse_args(argv)
     args.forms = _names(args.forms, ("masked", "contiguous"), "--forms")
@@ -275,6 +277,9 @@ def main(argv=None):
     if old and old["stamp"]["gpu"] != stamp["gpu"]:
         raise SystemExit(f"--out: {args.out} was measured on {old['stamp']['gpu']}, this is {stamp['gpu']}")
     entries = old["entries"] if old else []
+    if args.resume:
+        have_keys = {entry_key(e) for e in entries}
+        points = [p for p in points if entry_key(p[0]) not in have_keys]
     gen = torch.Generator().manual_seed(args.seed)
     t0 = time.time()
     total = sum(len(p[4]) for p in points)
