@@ -144,11 +144,11 @@ def measure_point(form, scale, e_global, local, top_k, n, k, rows, backends, gen
     data = [operands(form, scale, local, n, k, c, rows, b, sb) for c in counts]
 
     def op(backend):
-        def run(i):
+        def call(i):
             s = data[i]
             fp8route.grouped_scaled_mm(s["a"], s["b"], s["sa"], s["sb"], scale=scale, out=s["out"], backend=backend,
                                        **s["kw"])
-        return run
+        return call
 
     errors = {}
     times = time_interleaved({be: op(be) for be in backends}, sets, errors=errors)
