@@ -157,6 +157,39 @@ TEST(MoeGlueArgs, MaskedDispatchNamesEachBadArgument) {
   EXPECT_NAMES(moe_masked_dispatch(ids, none, 4, tensor(0, DType::i32, {4, 8}), masked_m, nullptr), "src2dst and ids overlap");
 }
 
+// ---- moe_contiguous_dispatch ---------------------------------------------------------------------
+
+TEST(MoeGlueArgs, ContiguousDispatchNamesEachBadArgument) {
+  const TensorView ids = tensor(0, DType::i32, {4, 8}), src2dst = tensor(1, DType::i32, {4, 8}),
+                   offsets = tensor(2, DType::i32, {129}), ws = tensor(4, DType::i32, {128}), none{};
+  EXPECT_EQ(moe_contiguous_dispatch_workspace(32, 128), 128);  // one chunk of 1024 entries
+  EXPECT_EQ(moe_contiguous_dispatch_workspace(1025, 16), 32);
+  EXPECT_EQ(moe_contiguous_dispatch_workspace(0, 16), 0);
+  EXPECT_NAMES(moe_contiguous_dispatch_workspace(-1, 16), "entries, experts: must be >= 0");
+  EXPECT_NAMES(moe_contiguous_dispatch(tensor(0, DType::i8, {4, 8}), none, src2dst, offsets, ws, nullptr), "ids: dtype");
+  EXPECT_NAMES(moe_contiguous_dispatch(tensor(0, DType::i32, {32}), none, src2dst, offsets, ws, nullptr),
+               "ids: expected 2 dims");
+  EXPECT_NAMES(moe_contiguous_dispatch(tensor(0, DType::i32, {4, 0}), none, tensor(1, DType::i32, {4, 0}), offsets, ws,
+                                       nullptr),
+               "ids: top_k");
+  EXPECT_NAMES(moe_contiguous_dispatch(ids, none, src2dst, tensor(2, DType::i32, {1}), ws, nullptr), "offsets: [E + 1]");
+  EXPECT_NAMES(moe_contiguous_dispatch(ids, none, src2dst, tensor(2, DType::i32, {1026}), ws, nullptr),
+               "offsets: [E + 1] with 1 <= E <= 1024");
+  EXPECT_NAMES(moe_contiguous_dispatch(ids, none, src2dst, tensor(2, DType::f32, {129}), ws, nullptr), "offsets: dtype");
+  EXPECT_NAMES(moe_contiguous_dispatch(ids, none, tensor(1, DType::i32, {4, 7}), offsets, ws, nullptr),
+               "src2dst: expected shape");
+  EXPECT_NAMES(moe_contiguous_dispatch(ids, none, src2dst, offsets, tensor(4, DType::i32, {127}), nullptr),
+               "workspace: a contiguous int32 tensor of at least moe_contiguous_dispatch_workspace(T * top_k, E) = 128");
+  EXPECT_NAMES(moe_contiguous_dispatch(ids, none, src2dst, offsets, tensor(4, DType::f32, {128}), nullptr),
+               "workspace: dtype");
+  EXPECT_NAMES(moe_contiguous_dispatch(ids, tensor(3, DType::f32, {256}), src2dst, offsets, ws, nullptr),
+               "expert_map: dtype");
+  EXPECT_NAMES(moe_contiguous_dispatch(ids, none, tensor(0, DType::i32, {4, 8}), offsets, ws, nullptr),
+               "src2dst and ids overlap");
+  EXPECT_NAMES(moe_contiguous_dispatch(ids, none, src2dst, offsets, tensor(2, DType::i32, {128}), nullptr),
+               "offsets and workspace overlap");
+}
+
 TEST(MoeGlueArgs, MaskedDispatchWithNoTokensEnqueuesNothing) {
   const TensorView ids = TensorView::contiguous(nullptr, DType::i32, {0, 8}),
                    src2dst = TensorView::contiguous(nullptr, DType::i32, {0, 8});

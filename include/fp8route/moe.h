@@ -173,17 +173,19 @@ struct GroupedTableInfo {
 };
 GroupedTableInfo grouped_table_info();
 
-// ---- Decode glue (docs/moe.md, "The decode glue kernels") ------------------------------------------
-// The small steps around the masked grouped GEMMs of a decode step, one kernel each. The same
+// ---- Glue (docs/moe.md, "The glue kernels") -------------------------------------------------------
+// The small steps around the grouped GEMMs of an MoE layer, one kernel each (the contiguous dispatch:
+// three). The same
 // argument rules as above: every argument is checked before anything is enqueued (a bad one throws
 // Error(invalid_argument) naming it, nothing is written), tensors are contiguous device tensors on
-// one device, outputs share no byte with an input, T = 0 enqueues nothing, nothing synchronizes,
-// and the device values (ids, src2dst) are never read by the host: any value is safe (out-of-range
-// ids and rows are dropped, never used out of bounds).
+// one device, outputs share no byte with an input, T = 0 enqueues nothing (except that
+// moe_contiguous_dispatch writes its offsets), nothing synchronizes, and the device values (ids,
+// src2dst) are never read by the host: any value is safe (out-of-range ids and rows are dropped,
+// never used out of bounds).
 
 // Bounds of the glue kernels: moe_softmax_topk holds one token's E probabilities in shared memory
 // (one warp per token) and picks at most kMoeMaxTopK; moe_masked_dispatch runs in one thread block
-// over all T * top_k entries (decode batches; prefill's contiguous dispatch is not a glue kernel).
+// over all T * top_k entries (decode batches; moe_contiguous_dispatch takes any T).
 inline constexpr int64_t kMoeMaxExperts = 1024;
 inline constexpr int64_t kMoeMaxTopK = 16;
 inline constexpr int64_t kMoeDispatchMaxEntries = 4096;
@@ -218,6 +220,20 @@ void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t 
 // expert_map is the default TensorView.
 void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, int64_t m_max,
                          const TensorView& src2dst, const TensorView& masked_m, cudaStream_t stream);
+
+// Contiguous dispatch (prefill, EP "normal" dispatch): the entries of ids int32 [T, top_k], mapped
+// first through expert_map int32 [E_global] when given (as moe_masked_dispatch), grouped by expert in
+// row-major (t, j) order. offsets int32 [E + 1] (1 <= E <= kMoeMaxExperts) gets offsets[0] = 0 and
+// offsets[e + 1] = the end of expert e's rows; src2dst int32 [T, top_k] = offsets[e] + pos (pos = the
+// earlier entries of the same e), or -1 for an entry whose expert is outside [0, E) (-1 included).
+// The rows of entries of no expert follow offsets[E] in no group: a [T * top_k, K] activation buffer
+// holds every entry. workspace: int32, at least moe_contiguous_dispatch_workspace(T * top_k, E)
+// elements (contents in and out unspecified; 0 for T = 0). Any T with T * top_k < 2^31 - 1024; every
+// element of offsets is written, also for T = 0; three kernels, no atomics in global memory: the
+// result is the same on every run.
+int64_t moe_contiguous_dispatch_workspace(int64_t entries, int64_t experts);
+void moe_contiguous_dispatch(const TensorView& ids, const TensorView& expert_map, const TensorView& src2dst,
+                             const TensorView& offsets, const TensorView& workspace, cudaStream_t stream);
 
 // Weighted combine: out[t] = sum over j of weights[t, j] * down_rows[src2dst[t, j]], accumulated in
 // fp32 in j order from +0 (each product and sum rounded once, no FMA), then rounded once to out's

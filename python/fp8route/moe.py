@@ -92,9 +92,9 @@ def grouped_table_info():
 
 
 # ------------------------------------------------------------------------------------------------
-# The decode glue (docs/moe.md, "The decode glue kernels"): one kernel each, the fused forms of
-# moe_routing's softmax_topk, masked_dispatch and _combine (which stay the references, and the
-# contiguous path's code)
+# The glue (docs/moe.md, "The glue kernels"): the fused forms of moe_routing's softmax_topk,
+# grouped_topk, masked_dispatch, contiguous_dispatch and _combine (which stay the references, and the
+# code of calls past the kernels' bounds)
 # ------------------------------------------------------------------------------------------------
 
 def moe_softmax_topk(logits, top_k, renormalize=True):
@@ -175,6 +175,35 @@ def _masked_dispatch(ids, experts, m_max, expert_map):
     mapped = expert_map is not None
     lib.moe_masked_dispatch(ids, mapped, expert_map if mapped else ids, int(m_max), src2dst, masked_m)
     return src2dst, masked_m
+
+
+def moe_contiguous_dispatch(ids, experts, expert_map=None):
+    """contiguous_dispatch in three kernels, for any T: ids int32 [T, top_k], mapped first through
+    expert_map (int32 [E_global]: global id -> local id or -1) when given; 1 <= experts <= 1024.
+    Entries grouped by expert in row-major order: returns (src2dst int32 [T, top_k] = offsets[e] + the
+    earlier entries of the same expert, -1 for an expert outside [0, experts); offsets int32
+    [experts + 1], offsets[0] = 0), equal to contiguous_dispatch(expert_map[ids], experts) element
+    for element, the same on every run."""
+    if torch is not None and torch.compiler.is_compiling():
+        return torch.ops.fp8route.moe_contiguous_dispatch(ids, experts, expert_map)
+    return _contiguous_dispatch(ids, experts, expert_map)
+
+
+def _contiguous_dispatch(ids, experts, expert_map):
+    if not _is_torch(ids):
+        raise ValueError(_NOT_TORCH)
+    if ids.dim() != 2:
+        raise ValueError(f"ids: expected 2 dims [T, top_k], got {tuple(ids.shape)}")
+    if not 1 <= experts <= _GLUE_MAX_EXPERTS:
+        raise ValueError(f"experts: must be in [1, {_GLUE_MAX_EXPERTS}], got {experts}")
+    device = ids.device
+    src2dst = torch.empty(size=tuple(ids.shape), dtype=torch.int32, device=device)
+    offsets = torch.empty(size=(experts + 1,), dtype=torch.int32, device=device)
+    ws = torch.empty(size=(int(lib.moe_contiguous_dispatch_workspace(ids.numel(), experts)),), dtype=torch.int32,
+                     device=device)
+    mapped = expert_map is not None
+    lib.moe_contiguous_dispatch(ids, mapped, expert_map if mapped else ids, src2dst, offsets, ws)
+    return src2dst, offsets
 
 
 _COMBINE_OUT = {"f32": "f32", "float32": "f32", "bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16"}
@@ -259,6 +288,13 @@ if torch is not None:
         lambda ids, experts, m_max, expert_map: (ids.new_empty(ids.shape, dtype=torch.int32),
                                                  ids.new_empty((experts,), dtype=torch.int32)),
         lib=_LIB)
+    _LIB.define("moe_contiguous_dispatch(Tensor ids, int experts, Tensor? expert_map) -> (Tensor, Tensor)")
+    _LIB.impl("moe_contiguous_dispatch", _contiguous_dispatch, "CompositeExplicitAutograd")
+    torch.library.register_fake(
+        "fp8route::moe_contiguous_dispatch",
+        lambda ids, experts, expert_map: (ids.new_empty(ids.shape, dtype=torch.int32),
+                                          ids.new_empty((experts + 1,), dtype=torch.int32)),
+        lib=_LIB)
     _LIB.define("moe_combine(Tensor down_rows, Tensor src2dst, Tensor weights, ScalarType out_dtype) -> Tensor")
     _LIB.impl("moe_combine", lambda down_rows, src2dst, weights, out_dtype:
               _fused_combine(down_rows, src2dst, weights, out_dtype, None), "CompositeExplicitAutograd")
@@ -289,9 +325,10 @@ if torch is not None:
 
         forward(x [T, H] bf16, router_logits [T, E]) -> [T, H] bf16. masked_m_max=None runs the
         contiguous form (prefill); an int runs the masked form with that M_max (decode; pass T or more
-        and nothing is dropped), whose shapes depend on T alone: it captures in a CUDA graph. Its glue runs
-        as the fused kernels (moe_softmax_topk, moe_masked_dispatch, scatter_per_token_quant,
-        moe_combine) within their bounds, else moe_routing's torch code (docs/moe.md).
+        and nothing is dropped), whose shapes depend on T alone: it captures in a CUDA graph. The glue of
+        either form runs as the fused kernels (moe_softmax_topk or moe_grouped_topk, moe_masked_dispatch
+        or moe_contiguous_dispatch, scatter_per_token_quant, moe_combine) within their bounds, else
+        moe_routing's torch code (docs/moe.md).
 
         expert_map (int32 [E_global], optional): this GPU holds E of an expert-parallel layer's E_global
         experts; router_logits are over E_global, expert_map[g] is global expert g's index in w13/w2 or
@@ -325,9 +362,10 @@ if torch is not None:
             if expert_map is not None and (expert_map.dim() != 1 or int(expert_map.max()) >= e):
                 raise ValueError(f"expert_map: int [E_global] of local indices < {e} or -1, got {tuple(expert_map.shape)}")
             self.register_buffer("expert_map", None if expert_map is None else expert_map.to(torch.int32))
-            # The masked form's glue runs as the fused kernels (moe_softmax_topk or moe_grouped_topk
-            # for the routing, moe_masked_dispatch, scatter_per_token_quant for row scales,
-            # moe_combine) where they take the call; False runs moe_routing's torch code instead (the tests' reference for them).
+            # The glue runs as the fused kernels (moe_softmax_topk or moe_grouped_topk for the routing,
+            # moe_masked_dispatch or moe_contiguous_dispatch, scatter_per_token_quant for row scales,
+            # moe_combine) where they take the call; False runs moe_routing's torch code instead (the
+            # tests' reference for them).
             self._fused_glue = True
 
         def route(self, router_logits):
@@ -336,9 +374,11 @@ if torch is not None:
             return grouped_topk(router_logits, self.top_k, self.e_score_correction_bias, self.n_group,
                                 self.topk_group, self.renormalize, self.routed_scaling_factor)
 
-        def _glue_fits(self, t, router_logits):
-            """Whether this masked call's glue runs as the fused kernels (their bounds: docs/moe.md)."""
-            return (self._fused_glue and t * self.top_k <= _GLUE_MAX_ENTRIES and self.hidden % 8 == 0
+        def _glue_fits(self, t, router_logits, masked):
+            """Whether this call's glue runs as the fused kernels (their bounds: docs/moe.md): masked,
+            T * top_k <= 4096 (one dispatch block); contiguous, at most 1024 local experts."""
+            fits = t * self.top_k <= _GLUE_MAX_ENTRIES if masked else self.experts <= _GLUE_MAX_EXPERTS
+            return (self._fused_glue and fits and self.hidden % 8 == 0
                     and (self.routing != "softmax" or router_logits.shape[-1] <= _GLUE_MAX_EXPERTS))
 
         def _grouped_topk_fits(self, router_logits):
@@ -352,7 +392,7 @@ if torch is not None:
             t, h, e = x.shape[0], self.hidden, self.experts
             block = self.scale == "block"
             masked = self.masked_m_max is not None
-            fused = masked and self._glue_fits(t, router_logits)
+            fused = self._glue_fits(t, router_logits, masked)
             if fused and self.routing == "softmax":
                 weights, ids = moe_softmax_topk(router_logits.contiguous(), self.top_k, self.renormalize)
             elif fused and self._grouped_topk_fits(router_logits):
@@ -373,7 +413,10 @@ if torch is not None:
                 # Row-major group scales of rows [E * M_max] are the masked layout [E, M_max, G].
                 layout = "row_major"
             else:
-                src2dst, counts = contiguous_dispatch(ids, e)
+                if fused:
+                    src2dst, counts = moe_contiguous_dispatch(ids, e, self.expert_map)
+                else:
+                    src2dst, counts = contiguous_dispatch(ids, e)
                 rows, kw, layout = t * self.top_k, {"offsets": counts}, "col_major_tma"
 
             def shaped(q, s, width):  # the masked form's [E, M_max, ...] views of row buffers
@@ -384,7 +427,8 @@ if torch is not None:
             if block:
                 q, s = ops.scatter_per_token_group_quant(x, src2dst, rows, layout=layout)
             elif fused:
-                # Rows no entry maps to stay unwritten: they lie past masked_m and reach no output.
+                # Rows no entry maps to stay unwritten: they lie past masked_m (past offsets[E]) and
+                # reach no output.
                 q, s = ops.scatter_per_token_quant(x, src2dst, rows)
             else:
                 # Per-token quant once, then each entry's codes and scale copied to its row; dropped

@@ -464,6 +464,21 @@ void moe_masked_dispatch(FfiTensor ids, bool mapped, FfiTensor expert_map, int64
   });
 }
 
+void moe_contiguous_dispatch(FfiTensor ids, bool mapped, FfiTensor expert_map, FfiTensor src2dst, FfiTensor offsets,
+                             FfiTensor workspace) {
+  guarded([&] {
+    const DeviceGuard device(ids);
+    fp8route::moe_contiguous_dispatch(view(ids, "ids"),
+                                      mapped ? view(expert_map, "expert_map") : fp8route::TensorView{},
+                                      view(src2dst, "src2dst"), view(offsets, "offsets"), view(workspace, "workspace"),
+                                      stream_of(ids));
+  });
+}
+
+int64_t moe_contiguous_dispatch_workspace(int64_t entries, int64_t experts) {
+  return guarded([&] { return fp8route::moe_contiguous_dispatch_workspace(entries, experts); });
+}
+
 void moe_combine(FfiTensor down_rows, FfiTensor src2dst, FfiTensor weights, FfiTensor out) {
   guarded([&] {
     const DeviceGuard device(down_rows);
@@ -823,6 +838,8 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_scaled_mm, grouped_scaled_mm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_softmax_topk, moe_softmax_topk);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_grouped_topk, moe_grouped_topk);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_masked_dispatch, moe_masked_dispatch);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_contiguous_dispatch, moe_contiguous_dispatch);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_contiguous_dispatch_workspace, moe_contiguous_dispatch_workspace);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_combine, moe_combine);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(explain, explain);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(load_table, load_table);

@@ -190,17 +190,22 @@ constexpr int kDispatchThreads = 1024;
 // earlier entries of its expert, and whether it is its expert's last entry, which writes the count.
 // Quadratic in the entries (at most kMoeDispatchMaxEntries), with no atomics: the result is the same
 // on every run.
+// Entry i's expert on this GPU: ids[i] through expert_map when given; -1 outside [0, experts).
+__device__ __forceinline__ int local_expert(const int32_t* ids, int i, const int32_t* expert_map, int map_len,
+                                            int experts) {
+  int e = ids[i];
+  if (expert_map) e = e >= 0 && e < map_len ? expert_map[e] : -1;
+  return e >= 0 && e < experts ? e : -1;
+}
+
 __global__ void __launch_bounds__(kDispatchThreads)
     masked_dispatch_kernel(const int32_t* ids, int entries, const int32_t* expert_map, int map_len, int experts,
                            int m_max, int32_t* src2dst, int32_t* masked_m) {
   griddep_launch_dependents();
   griddep_wait();
   __shared__ int32_t expert_of[kMoeDispatchMaxEntries];
-  for (int i = static_cast<int>(threadIdx.x); i < entries; i += blockDim.x) {
-    int e = ids[i];
-    if (expert_map) e = e >= 0 && e < map_len ? expert_map[e] : -1;
-    expert_of[i] = e >= 0 && e < experts ? e : -1;
-  }
+  for (int i = static_cast<int>(threadIdx.x); i < entries; i += blockDim.x)
+    expert_of[i] = local_expert(ids, i, expert_map, map_len, experts);
   for (int e = static_cast<int>(threadIdx.x); e < experts; e += blockDim.x) masked_m[e] = 0;
   __syncthreads();  // also orders the zeros above before the counts below (one block)
   for (int i = static_cast<int>(threadIdx.x); i < entries; i += blockDim.x) {
@@ -215,6 +220,127 @@ __global__ void __launch_bounds__(kDispatchThreads)
     for (int k = i + 1; k < entries && last; ++k) last = expert_of[k] != e;
     src2dst[i] = pos < m_max ? e * m_max + pos : -1;
     if (last) masked_m[e] = min(pos + 1, m_max);
+  }
+}
+
+// ---- contiguous dispatch: count, scan, scatter ---------------------------------------------------
+// The entries are cut into chunks of kContigChunk; a chunk's kContigWarps warps each walk
+// kContigWarpEntries of them in order, 32 at a time. (1) count: each chunk's entries per expert into
+// workspace [chunks, E] (shared-memory atomics: a count does not depend on their order). (2) scan, one
+// block: each expert's chunk counts become the rows before that chunk (exclusive, in chunk order),
+// plus the rows of every lower expert: offsets. (3) scatter: per chunk, each warp's base per expert
+// (the chunk's base plus the lower warps' counts), then each entry's row = its warp's base + the
+// earlier entries of its expert in its warp (ranks from __match_any_sync, in lane order). Entries thus
+// keep their row-major order within an expert, and nothing depends on thread timing.
+
+constexpr int kContigWarps = 8;
+constexpr int kContigWarpEntries = 128;
+constexpr int kContigChunk = kContigWarps * kContigWarpEntries;
+constexpr int kContigScanThreads = 1024;  // one thread per expert (E <= kMoeMaxExperts)
+static_assert(kMoeMaxExperts <= kContigScanThreads);
+
+__global__ void __launch_bounds__(kContigWarps * 32)
+    contiguous_count_kernel(const int32_t* ids, int entries, const int32_t* expert_map, int map_len, int experts,
+                            int32_t* counts) {
+  griddep_launch_dependents();
+  griddep_wait();
+  __shared__ int32_t c[kMoeMaxExperts];
+  for (int e = static_cast<int>(threadIdx.x); e < experts; e += blockDim.x) c[e] = 0;
+  __syncthreads();
+  const int begin = static_cast<int>(blockIdx.x) * kContigChunk;
+  const int end = min(entries - begin, kContigChunk);
+  for (int i = static_cast<int>(threadIdx.x); i < end; i += blockDim.x) {
+    const int e = local_expert(ids, begin + i, expert_map, map_len, experts);
+    if (e >= 0) atomicAdd(&c[e], 1);
+  }
+  __syncthreads();
+  for (int e = static_cast<int>(threadIdx.x); e < experts; e += blockDim.x)
+    counts[static_cast<int64_t>(blockIdx.x) * experts + e] = c[e];
+}
+
+__global__ void __launch_bounds__(kContigScanThreads)
+    contiguous_scan_kernel(int chunks, int experts, int32_t* counts, int32_t* offsets) {
+  griddep_launch_dependents();
+  griddep_wait();
+  __shared__ int32_t warp_sum[kContigScanThreads / 32];
+  const int e = static_cast<int>(threadIdx.x), lane = e % 32, warp = e / 32;
+  int total = 0;  // expert e's rows; its chunk counts become the rows before each chunk
+  if (e < experts)
+    for (int c = 0; c < chunks; ++c) {
+      int32_t* v = counts + static_cast<int64_t>(c) * experts + e;
+      const int n = *v;
+      *v = total;
+      total += n;
+    }
+  int incl = total;  // inclusive scan over e: warps, then the warp sums
+  for (int off = 1; off < 32; off <<= 1) {
+    const int o = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += o;
+  }
+  if (lane == 31) warp_sum[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < static_cast<int>(blockDim.x) / 32 ? warp_sum[lane] : 0;
+    for (int off = 1; off < 32; off <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, w, off);
+      if (lane >= off) w += o;
+    }
+    warp_sum[lane] = w;  // inclusive over warps
+  }
+  __syncthreads();
+  if (warp > 0) incl += warp_sum[warp - 1];
+  if (e == 0) offsets[0] = 0;
+  if (e < experts) {
+    offsets[e + 1] = incl;
+    const int base = incl - total;
+    for (int c = 0; c < chunks; ++c) counts[static_cast<int64_t>(c) * experts + e] += base;
+  }
+}
+
+__global__ void __launch_bounds__(kContigWarps * 32)
+    contiguous_scatter_kernel(const int32_t* ids, int entries, const int32_t* expert_map, int map_len, int experts,
+                              const int32_t* chunk_base, int32_t* src2dst) {
+  griddep_launch_dependents();
+  griddep_wait();
+  __shared__ int32_t base[kContigWarps][kMoeMaxExperts];  // per warp: its next row of each expert
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  for (int e = tid; e < experts; e += blockDim.x)
+    for (int w = 0; w < kContigWarps; ++w) base[w][e] = 0;
+  __syncthreads();
+  const int begin = static_cast<int>(blockIdx.x) * kContigChunk + warp * kContigWarpEntries;
+  const unsigned below = (1u << lane) - 1;
+  // Each step: lane's entry and expert (-1: dropped, -2: past the end), the lanes of its expert.
+  const auto step = [&](int s, int& i, int& e, unsigned& match) {
+    i = begin + s * 32 + lane;
+    e = i < entries ? local_expert(ids, i, expert_map, map_len, experts) : -2;
+    match = __match_any_sync(0xffffffffu, e);
+  };
+  for (int s = 0; s < kContigWarpEntries / 32; ++s) {  // this warp's count of each expert
+    int i, e;
+    unsigned match;
+    step(s, i, e, match);
+    if (e >= 0 && lane == 31 - __clz(match)) base[warp][e] += __popc(match);
+    __syncwarp();
+  }
+  __syncthreads();
+  for (int e = tid; e < experts; e += blockDim.x) {  // counts -> each warp's first row
+    int row = chunk_base[static_cast<int64_t>(blockIdx.x) * experts + e];
+    for (int w = 0; w < kContigWarps; ++w) {
+      const int n = base[w][e];
+      base[w][e] = row;
+      row += n;
+    }
+  }
+  __syncthreads();
+  for (int s = 0; s < kContigWarpEntries / 32; ++s) {
+    int i, e;
+    unsigned match;
+    step(s, i, e, match);
+    const int row = e >= 0 ? base[warp][e] + __popc(match & below) : -1;
+    __syncwarp();
+    if (e >= 0 && lane == 31 - __clz(match)) base[warp][e] += __popc(match);
+    if (e != -2) src2dst[i] = row;
+    __syncwarp();
   }
 }
 
@@ -441,6 +567,76 @@ void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, in
                 mapped ? static_cast<const int32_t*>(expert_map.data) : nullptr,
                 mapped ? static_cast<int>(expert_map.size(0)) : 0, static_cast<int>(experts), static_cast<int>(m_max),
                 static_cast<int32_t*>(src2dst.data), static_cast<int32_t*>(masked_m.data));
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+int64_t moe_contiguous_dispatch_workspace(int64_t entries, int64_t experts) {
+  FP8ROUTE_CHECK(entries >= 0 && experts >= 0, "entries, experts: must be >= 0, got " << entries << ", " << experts);
+  return (entries + kernels::kContigChunk - 1) / kernels::kContigChunk * experts;
+}
+
+void moe_contiguous_dispatch(const TensorView& ids, const TensorView& expert_map, const TensorView& src2dst,
+                             const TensorView& offsets, const TensorView& workspace, cudaStream_t stream) {
+  check_device_tensor(ids, "ids");
+  check_dtype(ids, "ids", {DType::i32});
+  check_ndim(ids, "ids", 2, "[T, top_k]");
+  FP8ROUTE_CHECK(ids.is_contiguous(), "ids: must be contiguous, got " << to_string(ids));
+  const int64_t tokens = ids.size(0), top_k = ids.size(1);
+  FP8ROUTE_CHECK(top_k >= 1, "ids: top_k (the last dim) must be >= 1, got " << to_string(ids));
+  const int64_t entries = tokens * top_k;
+  FP8ROUTE_CHECK(entries <= 0x7FFFFFFF - kernels::kContigChunk,
+                 "ids: T * top_k = " << entries << " entries, must be below 2^31 - " << kernels::kContigChunk
+                                     << " (src2dst is int32)");
+  check_device_tensor(offsets, "offsets");
+  check_dtype(offsets, "offsets", {DType::i32});
+  check_ndim(offsets, "offsets", 1, "[E + 1]");
+  FP8ROUTE_CHECK(offsets.is_contiguous(), "offsets: must be contiguous, got " << to_string(offsets));
+  const int64_t experts = offsets.size(0) - 1;
+  FP8ROUTE_CHECK(experts >= 1 && experts <= kMoeMaxExperts,
+                 "offsets: [E + 1] with 1 <= E <= " << kMoeMaxExperts << " (kMoeMaxExperts), got " << to_string(offsets));
+  check_entries(src2dst, "src2dst", DType::i32, tokens, top_k);
+  const int64_t need = moe_contiguous_dispatch_workspace(entries, experts);
+  check_device_tensor(workspace, "workspace");
+  check_dtype(workspace, "workspace", {DType::i32});
+  FP8ROUTE_CHECK(workspace.is_contiguous() && workspace.numel() >= need,
+                 "workspace: a contiguous int32 tensor of at least moe_contiguous_dispatch_workspace(T * top_k, E) = "
+                     << need << " elements, got " << to_string(workspace));
+  const bool mapped = given(expert_map);
+  if (mapped) {
+    check_device_tensor(expert_map, "expert_map");
+    check_dtype(expert_map, "expert_map", {DType::i32});
+    check_ndim(expert_map, "expert_map", 1, "[E_global]");
+    FP8ROUTE_CHECK(expert_map.is_contiguous() && expert_map.size(0) <= 0x7FFFFFFF,
+                   "expert_map: must be contiguous with fewer than 2^31 entries, got " << to_string(expert_map));
+    check_same_device(expert_map, "expert_map", ids, "ids");
+    for (const auto& [t, name] : {std::pair{&src2dst, "src2dst"}, {&offsets, "offsets"}, {&workspace, "workspace"}})
+      check_no_overlap(*t, name, expert_map, "expert_map");
+  }
+  const std::pair<const TensorView*, const char*> outs[] = {{&src2dst, "src2dst"}, {&offsets, "offsets"},
+                                                            {&workspace, "workspace"}};
+  for (const auto& [t, name] : outs) {
+    check_same_device(*t, name, ids, "ids");
+    check_no_overlap(*t, name, ids, "ids");
+  }
+  check_no_overlap(src2dst, "src2dst", offsets, "offsets");
+  check_no_overlap(src2dst, "src2dst", workspace, "workspace");
+  check_no_overlap(offsets, "offsets", workspace, "workspace");
+  check_glue_device();
+  const int chunks = static_cast<int>((entries + kernels::kContigChunk - 1) / kernels::kContigChunk);
+  const int32_t* map = mapped ? static_cast<const int32_t*>(expert_map.data) : nullptr;
+  const int map_len = mapped ? static_cast<int>(expert_map.size(0)) : 0;
+  auto* ws = static_cast<int32_t*>(workspace.data);
+  if (chunks > 0)
+    launch_kernel(kernels::contiguous_count_kernel, pdl_shape(dim3(chunks), dim3(kernels::kContigWarps * 32)), stream,
+                  static_cast<const int32_t*>(ids.data), static_cast<int>(entries), map, map_len,
+                  static_cast<int>(experts), ws);
+  // Also with T = 0: every element of offsets is written (zeros).
+  launch_kernel(kernels::contiguous_scan_kernel, pdl_shape(dim3(1), dim3(kernels::kContigScanThreads)), stream,
+                chunks, static_cast<int>(experts), ws, static_cast<int32_t*>(offsets.data));
+  if (chunks > 0)
+    launch_kernel(kernels::contiguous_scatter_kernel, pdl_shape(dim3(chunks), dim3(kernels::kContigWarps * 32)),
+                  stream, static_cast<const int32_t*>(ids.data), static_cast<int>(entries), map, map_len,
+                  static_cast<int>(experts), static_cast<const int32_t*>(ws), static_cast<int32_t*>(src2dst.data));
   FP8ROUTE_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,8 @@
-"""The MoE decode glue kernels (docs/moe.md, "The decode glue kernels") against their torch references
+"""The MoE decode glue kernels (docs/moe.md, "The glue kernels") against their torch references
 in fp8route.moe_routing and fp8route.ops, on fresh random inputs (FP8ROUTE_TEST_SEED=N repeats a
-run): moe_softmax_topk, moe_masked_dispatch, moe_combine, scatter_per_token_quant, and Fp8MoE's
-masked path with the fused glue against the same layer on the torch glue. Exact where the numerics
+run): moe_softmax_topk, moe_masked_dispatch, moe_contiguous_dispatch, moe_combine,
+scatter_per_token_quant, and Fp8MoE (masked and contiguous) with the fused glue against the same
+layer on the torch glue. Exact where the numerics
 say so (dispatch, combine in the same order, quant codes and scales). The argument errors that need
 no GPU are at the end (host tensors refused, Python-side checks)."""
 import os
@@ -13,7 +14,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the MoE glu
 
 import fp8route  # noqa: E402  (after the skip: importing needs the native module too)
 from fp8route import ops  # noqa: E402
-from fp8route.moe_routing import _combine, grouped_topk, masked_dispatch, softmax_topk  # noqa: E402
+from fp8route.moe_routing import _combine, contiguous_dispatch, grouped_topk, masked_dispatch, softmax_topk  # noqa: E402
 from test_moe import _layer  # noqa: E402  (the Fp8MoE of test_moe's layer tests, random FP8 experts)
 
 _GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -233,6 +234,78 @@ def test_masked_dispatch_errors_name_the_argument():
         fp8route.moe_masked_dispatch(ids, 16, 4, expert_map=torch.zeros(32, device="cuda"))
 
 
+# ---- moe_contiguous_dispatch ---------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("t,e,k", [(1, 128, 8), (1, 8, 2), (16, 8, 2), (127, 256, 8), (128, 256, 8), (129, 64, 8),
+                                   (1000, 1024, 8), (4096, 128, 8), (20000, 256, 8), (3000, 8, 1)])
+def test_contiguous_dispatch_matches_the_reference(t, e, k):
+    # 1024 entries a chunk, 128 a warp: sizes below, at and past both, many chunks.
+    ids = _router_ids(t, e, k)
+    ids[torch.rand(t, k, device="cuda") < 0.1] = -1  # some entries dropped before dispatch
+    src2dst, offsets = fp8route.moe_contiguous_dispatch(ids, e)
+    want_dst, want_off = contiguous_dispatch(ids, e)
+    assert torch.equal(offsets, want_off), _msg("offsets")
+    assert torch.equal(src2dst, want_dst), _msg("src2dst")
+    again = fp8route.moe_contiguous_dispatch(ids, e)
+    assert torch.equal(again[0], src2dst) and torch.equal(again[1], offsets), _msg("not deterministic")
+
+
+@gpu
+def test_contiguous_dispatch_every_entry_on_one_expert():
+    t, e = 3000, 16
+    ids = torch.full((t, 1), 5, dtype=torch.int32, device="cuda")
+    src2dst, offsets = fp8route.moe_contiguous_dispatch(ids, e)
+    assert src2dst[:, 0].tolist() == list(range(t))
+    assert offsets.tolist() == [0] * 6 + [t] * 11
+
+
+@gpu
+@pytest.mark.parametrize("t,e_global,e_local,k", [(1, 256, 32, 8), (900, 128, 64, 8), (33, 8, 1, 2)])
+def test_contiguous_dispatch_with_expert_map(t, e_global, e_local, k):
+    held = torch.randperm(e_global, device="cuda")[:e_local]
+    expert_map = torch.full((e_global,), -1, dtype=torch.int32, device="cuda")
+    expert_map[held] = torch.arange(e_local, dtype=torch.int32, device="cuda")
+    ids = _router_ids(t, e_global, k)
+    src2dst, offsets = fp8route.moe_contiguous_dispatch(ids, e_local, expert_map=expert_map)
+    want_dst, want_off = contiguous_dispatch(expert_map[ids.long()], e_local)
+    assert torch.equal(src2dst, want_dst), _msg("src2dst")
+    assert torch.equal(offsets, want_off), _msg("offsets")
+
+
+@gpu
+def test_contiguous_dispatch_out_of_range_ids_and_empty():
+    ids = torch.tensor([[5, 0], [-7, 3], [1, 0]], dtype=torch.int32, device="cuda")
+    src2dst, offsets = fp8route.moe_contiguous_dispatch(ids, 4)
+    assert src2dst.tolist() == [[-1, 0], [-1, 3], [2, 1]] and offsets.tolist() == [0, 2, 3, 3, 4]
+    src2dst, offsets = fp8route.moe_contiguous_dispatch(torch.empty(0, 8, dtype=torch.int32, device="cuda"), 16)
+    assert src2dst.shape == (0, 8) and offsets.tolist() == [0] * 17
+
+
+@gpu
+def test_contiguous_dispatch_captures_in_a_graph():
+    ids = _router_ids(300, 64, 8)
+    src2dst, offsets = fp8route.moe_contiguous_dispatch(ids, 64)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        src2dst, offsets = fp8route.moe_contiguous_dispatch(ids, 64)
+    ids.copy_(_router_ids(300, 64, 8))
+    graph.replay()
+    want_dst, want_off = contiguous_dispatch(ids, 64)
+    assert torch.equal(src2dst, want_dst) and torch.equal(offsets, want_off), _msg("replay")
+
+
+@gpu
+def test_contiguous_dispatch_errors_name_the_argument():
+    ids = torch.zeros(4, 8, dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="experts: must be in \\[1, 1024\\]"):
+        fp8route.moe_contiguous_dispatch(ids, 1025)
+    with pytest.raises(ValueError, match="ids: dtype"):
+        fp8route.moe_contiguous_dispatch(ids.long(), 16)
+    with pytest.raises(ValueError, match="expert_map: dtype"):
+        fp8route.moe_contiguous_dispatch(ids, 16, expert_map=torch.zeros(32, device="cuda"))
+
+
 # ---- moe_combine ---------------------------------------------------------------------------------
 
 def _combine_in_order(down_rows, src2dst, weights):
@@ -357,8 +430,8 @@ def test_scatter_per_token_quant_empty():
 @gpu
 @pytest.mark.parametrize("scale", ["block", "row"])
 @pytest.mark.parametrize("routing", ["softmax", "sigmoid"])
-@pytest.mark.parametrize("t,m_max", [(1, 1), (5, 5), (12, 3)])
-def test_fp8moe_masked_output_unchanged_by_the_fused_glue(scale, routing, t, m_max):
+@pytest.mark.parametrize("t,m_max", [(1, 1), (5, 5), (12, 3), (1, None), (37, None), (300, None)])
+def test_fp8moe_output_unchanged_by_the_fused_glue(scale, routing, t, m_max):  # m_max None: contiguous
     e, h, i, top_k = 16, 512, 256, 4
     layer = _layer(scale, m_max, e=e, h=h, i=i, top_k=top_k, routing=routing)
     x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
@@ -380,12 +453,13 @@ def test_fp8moe_masked_output_unchanged_by_the_fused_glue(scale, routing, t, m_m
 
 @gpu
 @pytest.mark.parametrize("scale", ["block", "row"])
-def test_fp8moe_masked_with_expert_map_unchanged(scale):
+@pytest.mark.parametrize("masked", [True, False])
+def test_fp8moe_with_expert_map_unchanged(scale, masked):
     e_global, e, h, i, top_k, t = 64, 16, 512, 256, 8, 6
     held = torch.randperm(e_global, device="cuda")[:e]
     expert_map = torch.full((e_global,), -1, dtype=torch.int32, device="cuda")
     expert_map[held] = torch.arange(e, dtype=torch.int32, device="cuda")
-    layer = _layer(scale, t, e=e, h=h, i=i, top_k=top_k, expert_map=expert_map)
+    layer = _layer(scale, t if masked else None, e=e, h=h, i=i, top_k=top_k, expert_map=expert_map)
     x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
     logits = torch.randn(t, e_global, device="cuda", dtype=torch.bfloat16)
     logits[:, held] += 2.0  # most choices on held experts, some elsewhere
