@@ -1,5 +1,5 @@
 #!/bin/bash
-# Planned device call (about 9 minutes, at most 810 s of timeouts: split it where a call has less): what the MoE commits after the
+# Planned device call (about 10 minutes, at most 900 s of timeouts: split it where a call has less): what the MoE commits after the
 # glue run need on a GPU, then their measurements. Carry an archive of build/gpu made from a release
 # build of the tree under test:
 #   FP8ROUTE_STAGE="tools tests python" FP8ROUTE_STAGE_TOOLS=fp8route FP8ROUTE_STAGE_TESTS=test_moe scripts/stage_gpu.sh
@@ -33,7 +33,11 @@ t moe_layer 60 python3 bench/moe_e2e.py --mode layer --batches 1,8,32 --torch-gl
 t moe_model 90 python3 bench/moe_e2e.py --mode model --layers 16 --batches 1,32 --iters 30 --json $R/moe_model.json
 t moe_layer_ds 90 python3 bench/moe_e2e.py --mode layer --model deepseek-v3-ep8 --moe-layers 4 --batches 1,8,32 \
   --variants fp8route,torch_fp8 --torch-glue --json $R/moe_layer_ds.json
-tail -12 $R/moe_layer.txt $R/moe_model.txt $R/moe_layer_ds.txt; snap
+# The contiguous form (prefill batches): moe_contiguous_dispatch and the rest of the glue as kernels
+# against the same layer on the torch glue.
+t moe_layer_prefill 90 python3 bench/moe_e2e.py --mode layer --batches 128,512,2048 --moe-layers 4 --torch-glue \
+  --variants fp8route,torch_fp8 --json $R/moe_layer_prefill.json
+tail -12 $R/moe_layer.txt $R/moe_model.txt $R/moe_layer_ds.txt $R/moe_layer_prefill.txt; snap
 # 4. The grouped backends on the catalog's real expert shapes against simt (about 1 GB of random
 #    weights per case, 48 cases: about a minute; never run to the end so far).
 t real_shapes 120 stdbuf -oL $B/tests/test_moe --gtest_filter=MoeFast.RealExpertShapes
