@@ -4,6 +4,7 @@
 // or throws Error(io_error) whose message is UTF-8 (fp8route info --json and Python's table_info()
 // embed it); and what a reader accepts, the code after it takes:
 //   table       a table that loads saves and loads back equal;
+//   grouped_table  likewise, and it routes problems of every form and scale kind without throwing;
 //   tune_raw    the finished records build a table that saves and loads (tune --build-only);
 //   catalog     every TP degree it lists splits its layers into positive shapes;
 //   shape_file  every shape is in [1, 2^31) with a UTF-8 label.
@@ -25,6 +26,7 @@
 
 #include "common/shapes.h"
 #include "fp8route/error.h"
+#include "fp8route/moe.h"
 #include "fp8route/route.h"
 #include "fp8route/tuning/tune_raw.h"
 
@@ -75,6 +77,28 @@ inline void table(const std::string& path) {
   const std::string again = path + ".saved.json";
   save_routing_table(t, again);
   expect(load_routing_table(again) == t, "a loaded table saved and loaded back differs");
+}
+
+inline void grouped_table(const std::string& path) {
+  GroupedRoutingTable t;
+  try {
+    t = load_grouped_table(path);
+  } catch (const Error& e) {
+    return check_error(e);
+  }
+  const std::string again = path + ".saved.json";
+  save_grouped_table(t, again);
+  expect(load_grouped_table(again) == t, "a loaded grouped table saved and loaded back differs");
+  for (GroupedForm form : {GroupedForm::contiguous, GroupedForm::masked})
+    for (ScaleKind scale : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block})
+      for (int64_t rows : {int64_t{1}, int64_t{64}, (int64_t{1} << 31) - 1}) {
+        GroupedProblem p;
+        p.form = form, p.scale = scale, p.rows = rows, p.experts = 256, p.n = 4096, p.k = 7168;
+        std::string why;
+        const std::string c = grouped_table_choice(t, p, [](std::string_view) { return std::string(); }, &why);
+        expect(utf8(why), "an explanation that is not UTF-8");
+        expect(c.empty() || !why.empty(), "a choice without a reason");
+      }
 }
 
 inline void tune_raw(const std::string& path) {

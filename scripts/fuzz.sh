@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets of fuzz/ (clang++, AddressSanitizer and UBSan) and runs each for a
 # bounded time from the seed corpus fuzz/corpus/<target>; a crash, a leak, undefined behaviour or a
 # broken rule (fuzz/fuzz_readers.h) fails it, and its input is kept for the regression test and corpus.
-#   scripts/fuzz.sh [--junit report.xml] [target...]     (targets: table tune_raw catalog shape_file)
+#   scripts/fuzz.sh [--junit report.xml] [target...]     (targets: table grouped_table tune_raw catalog shape_file)
 #   FP8ROUTE_FUZZ_SECONDS  seconds per target (default 30; long runs: FP8ROUTE_FUZZ_SECONDS=600)
 #   FP8ROUTE_FUZZ_JOBS     targets run at once (default 1; each keeps one core busy)
 #   FP8ROUTE_FUZZ_BUILD    build folder (default build/fuzz); crashing inputs go to its artifacts/
@@ -14,7 +14,7 @@ jobs_max="${FP8ROUTE_FUZZ_JOBS:-1}"
 [[ "$jobs_max" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: FP8ROUTE_FUZZ_JOBS takes a count >= 1, got '$jobs_max'" >&2; exit 2; }
 junit=""
 if [ "${1:-}" = "--junit" ]; then junit="$2"; shift 2; fi
-targets=("$@"); ((${#targets[@]})) || targets=(table tune_raw catalog shape_file)
+targets=("$@"); ((${#targets[@]})) || targets=(table grouped_table tune_raw catalog shape_file)
 
 log="$build/build.log"
 mkdir -p "$build"

@@ -492,7 +492,8 @@ TEST(TableLookup, DataDirFirstInstallPrefixBeforeTheSourceTree) {
 // make (fuzz/fuzz_readers.h).
 TEST(FuzzCorpus, EveryInputReadsOrFailsCleanly) {
   const std::vector<std::pair<std::string, void (*)(const std::string&)>> targets = {
-      {"table", fuzz::table}, {"tune_raw", fuzz::tune_raw}, {"catalog", fuzz::catalog}, {"shape_file", fuzz::shape_file}};
+      {"table", fuzz::table},     {"grouped_table", fuzz::grouped_table}, {"tune_raw", fuzz::tune_raw},
+      {"catalog", fuzz::catalog}, {"shape_file", fuzz::shape_file}};
   for (const auto& [name, check] : targets) {
     size_t n = 0;
     for (const auto& f : fs::directory_iterator(fs::path(source_dir()) / "fuzz" / "corpus" / name)) {

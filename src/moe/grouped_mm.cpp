@@ -224,14 +224,6 @@ void run(const Checked& c, const moe::GroupedBackend& b, cudaStream_t stream) {
 
 }  // namespace
 
-std::string_view name(GroupedForm f) { return f == GroupedForm::masked ? "masked" : "contiguous"; }
-
-GroupedForm parse_grouped_form(std::string_view s) {
-  if (s == "contiguous") return GroupedForm::contiguous;
-  if (s == "masked") return GroupedForm::masked;
-  FP8ROUTE_FAIL(ErrorCategory::invalid_argument, "form: expected \"contiguous\" or \"masked\", got \"" << s << "\"");
-}
-
 std::string to_string(const GroupedProblem& p) {
   std::ostringstream os;
   os << name(p.form) << ' ' << name(p.scale) << ' ' << dtype_name(p.out) << " e=" << p.experts << " rows=" << p.rows

@@ -1,5 +1,6 @@
 // Grouped routing tables (include/fp8route/moe.h, docs/moe.md "Routing"): the file format, the
-// choice for a problem, and the process-wide table the default grouped backend consults.
+// choice for a problem, and the process-wide table the default grouped backend consults; and the
+// names of the grouped forms. Host code only (the fuzz targets compile it with clang).
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "fp8route/moe.h"
 #include "fp8route/tuning/data_files.h"
 #include "fp8route/tuning/record_reader.h"
+#include "moe/backend.h"
 
 namespace fp8route {
 
@@ -59,6 +61,14 @@ DefaultTable& default_state() {
 }
 
 }  // namespace
+
+std::string_view name(GroupedForm f) { return f == GroupedForm::masked ? "masked" : "contiguous"; }
+
+GroupedForm parse_grouped_form(std::string_view s) {
+  if (s == "contiguous") return GroupedForm::contiguous;
+  if (s == "masked") return GroupedForm::masked;
+  FP8ROUTE_FAIL(ErrorCategory::invalid_argument, "form: expected \"contiguous\" or \"masked\", got \"" << s << "\"");
+}
 
 GroupedRoutingTable load_grouped_table(const std::string& path) {
   if (path.empty())
