@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -67,35 +68,35 @@ inline void write_file(const std::string& path, const uint8_t* data, size_t size
   f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
 }
 
-inline void table(const std::string& path) {
-  RoutingTable t;
+// What load() reads from path, saved and loaded back equal; nothing when it fails with an io_error
+// (checked as check_error does).
+template <class Load, class Save>
+auto round_trip(const std::string& path, Load load, Save save) -> std::optional<decltype(load(path))> {
+  decltype(load(path)) t;
   try {
-    t = load_routing_table(path);
+    t = load(path);
   } catch (const Error& e) {
-    return check_error(e);
+    check_error(e);
+    return std::nullopt;
   }
   const std::string again = path + ".saved.json";
-  save_routing_table(t, again);
-  expect(load_routing_table(again) == t, "a loaded table saved and loaded back differs");
+  save(t, again);
+  expect(load(again) == t, "a loaded table saved and loaded back differs");
+  return t;
 }
 
+inline void table(const std::string& path) { round_trip(path, load_routing_table, save_routing_table); }
+
 inline void grouped_table(const std::string& path) {
-  GroupedRoutingTable t;
-  try {
-    t = load_grouped_table(path);
-  } catch (const Error& e) {
-    return check_error(e);
-  }
-  const std::string again = path + ".saved.json";
-  save_grouped_table(t, again);
-  expect(load_grouped_table(again) == t, "a loaded grouped table saved and loaded back differs");
+  const std::optional<GroupedRoutingTable> t = round_trip(path, load_grouped_table, save_grouped_table);
+  if (!t) return;
   for (GroupedForm form : {GroupedForm::contiguous, GroupedForm::masked})
     for (ScaleKind scale : {ScaleKind::tensor, ScaleKind::row, ScaleKind::block})
       for (int64_t rows : {int64_t{1}, int64_t{64}, (int64_t{1} << 31) - 1}) {
         GroupedProblem p;
         p.form = form, p.scale = scale, p.rows = rows, p.experts = 256, p.n = 4096, p.k = 7168;
         std::string why;
-        const std::string c = grouped_table_choice(t, p, [](std::string_view) { return std::string(); }, &why);
+        const std::string c = grouped_table_choice(*t, p, [](std::string_view) { return std::string(); }, &why);
         expect(utf8(why), "an explanation that is not UTF-8");
         expect(c.empty() || !why.empty(), "a choice without a reason");
       }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fp8route/error.h"
+#include "temp_files.h"
 #include "fp8route/moe.h"
 
 namespace fp8route {
@@ -19,23 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path& temp_dir() {
-  static const struct Dir {
-    fs::path path = fs::temp_directory_path() / ("fp8route_test_grouped_table_" + std::to_string(::getpid()));
-    Dir() { fs::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  } dir;
-  return dir.path;
-}
-
-std::string temp_file(const std::string& name, const std::string& text) {
-  const std::string path = (temp_dir() / name).string();
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
+using test_files::temp_dir;
+using test_files::temp_file;
 
 GroupedTableEntry entry(GroupedForm form, ScaleKind scale, int64_t e, int64_t n, int64_t k,
                         std::vector<GroupedMeasured> measured) {

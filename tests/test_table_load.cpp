@@ -25,6 +25,7 @@
 #include "../fuzz/fuzz_readers.h"
 #include "common/shapes.h"
 #include "fp8route/error.h"
+#include "temp_files.h"
 #include "fp8route/route.h"
 #include "fp8route/tuning/data_files.h"
 #include "fp8route/tuning/tune_raw.h"
@@ -39,24 +40,8 @@ std::string source_dir() {
   return env ? env : FP8ROUTE_SOURCE_DIR;
 }
 
-// A folder of this process's own, removed at exit.
-const fs::path& temp_dir() {
-  static const struct Dir {
-    fs::path path = fs::temp_directory_path() / ("fp8route_test_table_load_" + std::to_string(::getpid()));
-    Dir() { fs::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  } dir;
-  return dir.path;
-}
-
-std::string temp_file(const std::string& name, const std::string& text) {
-  const std::string path = (temp_dir() / name).string();
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
+using test_files::temp_dir;
+using test_files::temp_file;
 
 std::string replaced(std::string s, const std::string& from, const std::string& to) {
   const size_t at = s.find(from);

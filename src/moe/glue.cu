@@ -13,7 +13,9 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "core/checks.h"
 #include "core/griddep.cuh"
@@ -414,6 +416,31 @@ void check_entries(const TensorView& t, const char* name, DType dtype, int64_t t
   check_contiguous_shape(t, name, shape, 2);
 }
 
+// The dispatch kernels' ids: int32 [T, top_k], top_k >= 1, contiguous. Returns {T, top_k}.
+std::pair<int64_t, int64_t> check_ids(const TensorView& ids) {
+  check_device_tensor(ids, "ids");
+  check_dtype(ids, "ids", {DType::i32});
+  check_ndim(ids, "ids", 2, "[T, top_k]");
+  FP8ROUTE_CHECK(ids.is_contiguous(), "ids: must be contiguous, got " << to_string(ids));
+  FP8ROUTE_CHECK(ids.size(1) >= 1, "ids: top_k (the last dim) must be >= 1, got " << to_string(ids));
+  return {ids.size(0), ids.size(1)};
+}
+
+// An optional expert_map (int32 [E_global], global -> local id or -1) beside ids, sharing no byte
+// with the outputs. Returns whether it is given.
+bool check_expert_map(const TensorView& expert_map, const TensorView& ids,
+                      std::initializer_list<std::pair<const TensorView*, const char*>> outputs) {
+  if (!given(expert_map)) return false;
+  check_device_tensor(expert_map, "expert_map");
+  check_dtype(expert_map, "expert_map", {DType::i32});
+  check_ndim(expert_map, "expert_map", 1, "[E_global]");
+  FP8ROUTE_CHECK(expert_map.is_contiguous() && expert_map.size(0) <= 0x7FFFFFFF,
+                 "expert_map: must be contiguous with fewer than 2^31 entries, got " << to_string(expert_map));
+  check_same_device(expert_map, "expert_map", ids, "ids");
+  for (const auto& [t, name] : outputs) check_no_overlap(*t, name, expert_map, "expert_map");
+  return true;
+}
+
 // Calls f.template operator()<CudaType>() for a 16-bit float dtype.
 template <class F>
 void dispatch_half(DType t, F&& f) {
@@ -523,12 +550,7 @@ void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t 
 
 void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, int64_t m_max,
                          const TensorView& src2dst, const TensorView& masked_m, cudaStream_t stream) {
-  check_device_tensor(ids, "ids");
-  check_dtype(ids, "ids", {DType::i32});
-  check_ndim(ids, "ids", 2, "[T, top_k]");
-  FP8ROUTE_CHECK(ids.is_contiguous(), "ids: must be contiguous, got " << to_string(ids));
-  const int64_t tokens = ids.size(0), top_k = ids.size(1);
-  FP8ROUTE_CHECK(top_k >= 1, "ids: top_k (the last dim) must be >= 1, got " << to_string(ids));
+  const auto [tokens, top_k] = check_ids(ids);
   FP8ROUTE_CHECK(tokens * top_k <= kMoeDispatchMaxEntries,
                  "ids: T * top_k = " << tokens * top_k << " entries, at most " << kMoeDispatchMaxEntries
                                      << " (kMoeDispatchMaxEntries: the masked dispatch kernel is one thread block for "
@@ -542,17 +564,7 @@ void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, in
   FP8ROUTE_CHECK(experts * m_max <= 0x7FFFFFFF,
                  "m_max: E * m_max = " << experts << " * " << m_max << " rows must be < 2^31 (src2dst is int32)");
   check_entries(src2dst, "src2dst", DType::i32, tokens, top_k);
-  const bool mapped = given(expert_map);
-  if (mapped) {
-    check_device_tensor(expert_map, "expert_map");
-    check_dtype(expert_map, "expert_map", {DType::i32});
-    check_ndim(expert_map, "expert_map", 1, "[E_global]");
-    FP8ROUTE_CHECK(expert_map.is_contiguous() && expert_map.size(0) <= 0x7FFFFFFF,
-                   "expert_map: must be contiguous with fewer than 2^31 entries, got " << to_string(expert_map));
-    check_same_device(expert_map, "expert_map", ids, "ids");
-    check_no_overlap(src2dst, "src2dst", expert_map, "expert_map");
-    check_no_overlap(masked_m, "masked_m", expert_map, "expert_map");
-  }
+  const bool mapped = check_expert_map(expert_map, ids, {{&src2dst, "src2dst"}, {&masked_m, "masked_m"}});
   check_same_device(src2dst, "src2dst", ids, "ids");
   check_same_device(masked_m, "masked_m", ids, "ids");
   check_no_overlap(src2dst, "src2dst", ids, "ids");
@@ -577,12 +589,7 @@ int64_t moe_contiguous_dispatch_workspace(int64_t entries, int64_t experts) {
 
 void moe_contiguous_dispatch(const TensorView& ids, const TensorView& expert_map, const TensorView& src2dst,
                              const TensorView& offsets, const TensorView& workspace, cudaStream_t stream) {
-  check_device_tensor(ids, "ids");
-  check_dtype(ids, "ids", {DType::i32});
-  check_ndim(ids, "ids", 2, "[T, top_k]");
-  FP8ROUTE_CHECK(ids.is_contiguous(), "ids: must be contiguous, got " << to_string(ids));
-  const int64_t tokens = ids.size(0), top_k = ids.size(1);
-  FP8ROUTE_CHECK(top_k >= 1, "ids: top_k (the last dim) must be >= 1, got " << to_string(ids));
+  const auto [tokens, top_k] = check_ids(ids);
   const int64_t entries = tokens * top_k;
   FP8ROUTE_CHECK(entries <= 0x7FFFFFFF - kernels::kContigChunk,
                  "ids: T * top_k = " << entries << " entries, must be below 2^31 - " << kernels::kContigChunk
@@ -601,17 +608,8 @@ void moe_contiguous_dispatch(const TensorView& ids, const TensorView& expert_map
   FP8ROUTE_CHECK(workspace.is_contiguous() && workspace.numel() >= need,
                  "workspace: a contiguous int32 tensor of at least moe_contiguous_dispatch_workspace(T * top_k, E) = "
                      << need << " elements, got " << to_string(workspace));
-  const bool mapped = given(expert_map);
-  if (mapped) {
-    check_device_tensor(expert_map, "expert_map");
-    check_dtype(expert_map, "expert_map", {DType::i32});
-    check_ndim(expert_map, "expert_map", 1, "[E_global]");
-    FP8ROUTE_CHECK(expert_map.is_contiguous() && expert_map.size(0) <= 0x7FFFFFFF,
-                   "expert_map: must be contiguous with fewer than 2^31 entries, got " << to_string(expert_map));
-    check_same_device(expert_map, "expert_map", ids, "ids");
-    for (const auto& [t, name] : {std::pair{&src2dst, "src2dst"}, {&offsets, "offsets"}, {&workspace, "workspace"}})
-      check_no_overlap(*t, name, expert_map, "expert_map");
-  }
+  const bool mapped =
+      check_expert_map(expert_map, ids, {{&src2dst, "src2dst"}, {&offsets, "offsets"}, {&workspace, "workspace"}});
   const std::pair<const TensorView*, const char*> outs[] = {{&src2dst, "src2dst"}, {&offsets, "offsets"},
                                                             {&workspace, "workspace"}};
   for (const auto& [t, name] : outs) {

@@ -18,6 +18,7 @@
 #include "fp8route/moe.h"
 #include "fp8route/tuning/data_files.h"
 #include "fp8route/tuning/record_reader.h"
+#include "fp8route/tuning/stamp_json.h"
 #include "moe/backend.h"
 
 namespace fp8route {
@@ -76,11 +77,7 @@ GroupedRoutingTable load_grouped_table(const std::string& path) {
                   "grouped routing table: " << data_file_not_found(kDefaultFile) << "; FP8ROUTE_GROUPED_TABLE names one");
   const std::vector<std::string> known = grouped_backends();
   const RecordReader rd("grouped routing table " + path, known);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) rd.fail("file", "cannot open");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const Json j = rd.document(buf.str(), kFormat, kFormatVersion);
+  const Json j = rd.document_file(path, kFormat, kFormatVersion);
 
   GroupedRoutingTable t;
   t.stamp = rd.stamp(rd.field(j, "stamp", ""));
@@ -124,10 +121,7 @@ void save_grouped_table(const GroupedRoutingTable& t, const std::string& path) {
   std::ostringstream os;
   os.precision(17);
   const auto q = [](const std::string& s) { return Json(s).dump(); };
-  const TableStamp& s = t.stamp;
-  os << "{\n\"format\": " << q(kFormat) << ",\n\"version\": " << kFormatVersion << ",\n\"stamp\": {\"gpu\": "
-     << q(s.gpu) << ", \"sm_count\": " << s.sm_count << ", \"cuda\": " << q(s.cuda) << ", \"cublaslt\": "
-     << q(s.cublaslt) << ", \"fp8route\": " << q(s.fp8route) << ", \"date\": " << q(s.date) << "},\n\"entries\": [";
+  os << table_head(kFormat, kFormatVersion, t.stamp);
   for (size_t i = 0; i < t.entries.size(); ++i) {
     const GroupedTableEntry& e = t.entries[i];
     os << (i ? ",\n" : "\n") << "{\"form\": " << q(std::string(name(e.form))) << ", \"scale\": "
@@ -140,10 +134,7 @@ void save_grouped_table(const GroupedRoutingTable& t, const std::string& path) {
     os << "]}";
   }
   os << "\n]\n}\n";
-  std::ofstream f(path, std::ios::binary);
-  f << os.str();
-  f.close();
-  if (!f) FP8ROUTE_FAIL(ErrorCategory::io_error, "grouped routing table " << path << ": cannot write");
+  write_text_file(path, os.str(), "grouped routing table");
 }
 
 std::string grouped_table_choice(const GroupedRoutingTable& table, const GroupedProblem& p,

@@ -21,6 +21,7 @@
 #include "fp8route/route.h"
 #include "fp8route/tuning/data_files.h"
 #include "fp8route/tuning/record_reader.h"
+#include "fp8route/tuning/stamp_json.h"
 
 namespace fp8route {
 
@@ -71,12 +72,7 @@ RoutingTable load_routing_table(const std::string& path) {
   // Field access with the JSON path in every error: "entries[3].breakpoints[1][0] (max_m): expected ...".
   const std::vector<std::string> known = gemm_backends();
   const RecordReader rd("routing table " + path, known);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) rd.fail("file", "cannot open");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string text = buf.str();
-  const Json j = rd.document(text, kFormat, kFormatVersion);
+  const Json j = rd.document_file(path, kFormat, kFormatVersion);
 
   RoutingTable t;
   t.stamp = rd.stamp(rd.field(j, "stamp", ""));
@@ -133,10 +129,7 @@ void save_routing_table(const RoutingTable& t, const std::string& path) {
   std::ostringstream os;
   os.precision(17);
   const auto q = [](const std::string& s) { return Json(s).dump(); };
-  const TableStamp& s = t.stamp;
-  os << "{\n\"format\": " << q(kFormat) << ",\n\"version\": " << kFormatVersion << ",\n\"stamp\": {\"gpu\": "
-     << q(s.gpu) << ", \"sm_count\": " << s.sm_count << ", \"cuda\": " << q(s.cuda) << ", \"cublaslt\": "
-     << q(s.cublaslt) << ", \"fp8route\": " << q(s.fp8route) << ", \"date\": " << q(s.date) << "},\n\"entries\": [";
+  os << table_head(kFormat, kFormatVersion, t.stamp);
   for (size_t i = 0; i < t.entries.size(); ++i) {
     const TableEntry& e = t.entries[i];
     os << (i ? ",\n" : "\n") << "{\"scale\": " << q(std::string(name(e.scale))) << ", \"out\": "
@@ -151,10 +144,7 @@ void save_routing_table(const RoutingTable& t, const std::string& path) {
     os << "]}";
   }
   os << "\n]\n}\n";
-  std::ofstream f(path, std::ios::binary);
-  f << os.str();
-  f.close();
-  if (!f) FP8ROUTE_FAIL(ErrorCategory::io_error, "routing table " << path << ": cannot write");
+  write_text_file(path, os.str(), "routing table");
 }
 
 namespace {

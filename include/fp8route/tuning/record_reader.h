@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,14 @@ struct RecordReader : json_reader::Reader {
     if (str(field(j, "format", ""), "format") != format) fail("format", std::string("expected \"") + format + "\"");
     integer(field(j, "version", ""), "version", version, version);
     return j;
+  }
+  // The document of the file at `path`, as document() checks it ("file: cannot open" if unreadable).
+  json_reader::Json document_file(const std::string& path, const char* format, int64_t version) const {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("file", "cannot open");
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return document(buf.str(), format, version);
   }
   TableStamp stamp(const json_reader::Json& s) const {
     object(s, "stamp");
