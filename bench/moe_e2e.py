@@ -27,6 +27,7 @@ timed with its own CUDA events; the median (bench/e2e.py's method).
   python3 bench/moe_e2e.py --mode layer --batches 1,8,32,64 --variants fp8route,fp8route:block,torch_fp8
   python3 bench/moe_e2e.py --mode model --layers 8 --json moe_e2e.json
   python3 bench/moe_e2e.py --mode layer --model deepseek-v3-ep8 --moe-layers 4 --variants fp8route,torch_fp8
+  python3 bench/moe_e2e.py --mode layer --batches 1 --profile    # where a layer's time goes, kernel by kernel
 
 Memory (model mode, all 48 layers): about 30 GB of FP8 experts shared by fp8route and torch_fp8,
 60 GB of bf16 experts, 30 GB more for fp8route:block (requantized in blocks): the default variants
@@ -96,6 +97,32 @@ def captured(fn, warmup=2):
     return g
 
 
+def profile_kernels(graphs, per_replay, batch, replays=20):
+    """Each variant's kernels in its graph's replays (torch.profiler, CUPTI): mean device time per
+    layer of each kernel name, largest first, and their sum (CUPTI may stretch PDL overlap: the sum
+    can exceed the timed replay)."""
+    from torch.profiler import ProfilerActivity, profile
+    for v, g in graphs.items():
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(replays):
+                g.replay()
+            torch.cuda.synchronize()
+        rows = []
+        for ev in prof.key_averages():
+            us = getattr(ev, "device_time_total", None)
+            if us is None:
+                us = getattr(ev, "cuda_time_total", 0)
+            if us > 0 and ev.count > 0:
+                rows.append((us / (replays * per_replay), ev.count / (replays * per_replay), ev.key))
+        rows.sort(reverse=True)
+        total = sum(r[0] for r in rows)
+        print(f"  profile batch {batch} {v}: {total:.1f} us of kernels per layer, "
+              f"{sum(r[1] for r in rows):.1f} kernels per layer", flush=True)
+        for us, n, name in rows[:14]:
+            print(f"    {us:7.2f} us  x{n:4.1f}  {name[:110]}", flush=True)
+
+
 def layer_mode(args, moe, bw, e2e, M):
     from fp8route.models.backends import _make_backend
     from fp8route.models.moe_ffn import moe_kind
@@ -146,6 +173,8 @@ def layer_mode(args, moe, bw, e2e, M):
                              fraction=floor_us / us, active_bytes_per_layer=floor[v] / args.moe_layers))
             print(f"  batch {batch:3d} {v:15s}: {us:8.1f} us/layer, floor {floor_us:6.1f} us "
                   f"({floor[v] / args.moe_layers / 1e6:6.1f} MB read), {100 * floor_us / us:5.1f}% of it", flush=True)
+        if args.profile:
+            profile_kernels(graphs, args.moe_layers, batch)
         del graphs
     del blocks
     gc.collect()
@@ -215,6 +244,8 @@ def main():
     ap.add_argument("--kv-len", type=int, default=1024)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", action="store_true",
+                    help="layer mode: also each variant's kernels per layer (torch.profiler) after its timing")
     ap.add_argument("--json", help="write the rows to this file")
     args = ap.parse_args()
     if not torch.cuda.is_available():

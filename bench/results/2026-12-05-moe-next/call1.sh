@@ -29,7 +29,7 @@ t moe_bench 150 python3 bench/moe_bench.py --layers qwen3_30b_a3b.gate_up,deepse
 tail -30 $R/moe_bench.txt; snap
 # 3. The Qwen3-30B-A3B MoE layer and decoder end to end (16 layers), and a DeepSeek-V3 EP-8 rank's MoE
 #    layer (sigmoid grouped top-k in moe_grouped_topk), each against torch.
-t moe_layer 60 python3 bench/moe_e2e.py --mode layer --batches 1,8,32 --torch-glue --json $R/moe_layer.json
+t moe_layer 75 python3 bench/moe_e2e.py --mode layer --batches 1,8,32 --torch-glue --profile --json $R/moe_layer.json
 t moe_model 90 python3 bench/moe_e2e.py --mode model --layers 16 --batches 1,32 --iters 30 --json $R/moe_model.json
 t moe_layer_ds 90 python3 bench/moe_e2e.py --mode layer --model deepseek-v3-ep8 --moe-layers 4 --batches 1,8,32 \
   --variants fp8route,torch_fp8 --torch-glue --json $R/moe_layer_ds.json
