@@ -231,6 +231,17 @@ def plan(args):
                 yield head, experts, local, top_k, rows
 
 
+def _built_backends():
+    from ._native import lib
+    return {str(b) for b in lib.grouped_backends()}
+
+
+def _machine_stamp():
+    """This GPU's stamp (device 0, today), as the routing tables carry it."""
+    from ._native import lib, plain
+    return plain(lib.machine_stamp())
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python3 -m fp8route.tune_grouped", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -264,16 +275,14 @@ def main(argv=None):
         return 0
 
     import torch
-    import fp8route
     if not torch.cuda.is_available():
         raise SystemExit("tune_grouped: no CUDA device (torch.cuda.is_available() is False)")
-    have = set(str(b) for b in fp8route._native.lib.grouped_backends())
-    backends = _names(",".join(b for b in args.backends.split(",") if b), sorted(have), "--backends")
+    backends = _names(",".join(b for b in args.backends.split(",") if b), sorted(_built_backends()), "--backends")
     try:
         old = read_table(args.out)
     except (OSError, ValueError) as e:
         raise SystemExit(f"--out: {e}")
-    stamp = fp8route._native.plain(fp8route._native.lib.machine_stamp())
+    stamp = _machine_stamp()
     if old and old["stamp"]["gpu"] != stamp["gpu"]:
         raise SystemExit(f"--out: {args.out} was measured on {old['stamp']['gpu']}, this is {stamp['gpu']}")
     entries = old["entries"] if old else []

@@ -136,3 +136,45 @@ def test_grouped_table_env_in_a_fresh_process(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         info = json.loads(r.stdout)
         assert info["entries"] == entries and error in info["load_error"], info
+
+
+def test_main_measures_writes_and_resumes(tmp_path, monkeypatch, capsys):
+    # The measuring loop without a GPU: measure_point and weights replaced by fakes, the rest as it runs.
+    calls = []
+
+    def fake_point(form, scale, e_global, local, top_k, n, k, rows, backends, gen, b, sb, sets_max):
+        calls.append((form, scale, local, n, k, rows))
+        return {"wgmma": 5.0, "decode": 1.0 + rows}, {"cutlass": "cannot run"}, 1.5
+
+    monkeypatch.setattr(tg, "measure_point", fake_point)
+    monkeypatch.setattr(tg, "weights", lambda scale, e, n, k: (None, None))
+    monkeypatch.setattr(tg, "_built_backends", lambda: {"simt", "decode", "wgmma", "cutlass"})
+    monkeypatch.setattr(tg, "_machine_stamp", lambda: dict(STAMP))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    out = str(tmp_path / "g.json")
+    args = ["--out", out, "--models", "qwen3-30b-a3b", "--scales", "row", "--masked-rows", "1,8",
+            "--contiguous-rows", "4"]
+    assert tg.main(args + ["--forms", "masked"]) == 0
+    assert len(calls) == 4  # gate_up and down, 2 rows each
+    assert "not run (cannot run)" in capsys.readouterr().err
+    table = tg.read_table(out)
+    assert [e["measured"] for e in table["entries"]][0] == [[1, "decode", 2.0], [1, "wgmma", 5.0],
+                                                            [8, "wgmma", 5.0], [8, "decode", 9.0]]
+    # The library reads what the tune wrote and routes by it.
+    fp8route.load_grouped_table(out)
+    try:
+        text = fp8route.explain_grouped("masked", "row", 128, 5, 1536, 2048)
+        assert "at measured rows 8" in text and "wgmma 5 us" in text and "qwen3-30b-a3b ep1" in text, text
+    finally:
+        fp8route.load_grouped_table("")
+    # --resume measures only the entries the file lacks; a second form adds entries, keeps the first.
+    calls.clear()
+    assert tg.main(args + ["--resume"]) == 0
+    assert {c[0] for c in calls} == {"contiguous"} and len(calls) == 2
+    assert len(tg.read_table(out)["entries"]) == 4
+    with pytest.raises(SystemExit, match="--backends"):
+        tg.main(args + ["--backends", "nope"])
+    monkeypatch.setattr(tg, "_machine_stamp", lambda: dict(STAMP, gpu="NVIDIA H100 80GB HBM3"))
+    with pytest.raises(SystemExit, match="measured on NVIDIA H200"):
+        tg.main(args)
