@@ -45,7 +45,7 @@ for part in $what; do
     data)
       mkdir -p "$dst/routes" "$dst/shapes"
       cp "$root/routes/h200.json" "$dst/routes/"
-      if [ -f "$root/routes/h200-grouped.json" ]; then cp "$root/routes/h200-grouped.json" "$dst/routes/"; fi
+      for g in "$root"/routes/*-grouped.json; do [ -f "$g" ] && cp "$g" "$dst/routes/"; done
       cp "$root/shapes/models.json" "$dst/shapes/" ;;
     *) echo "stage_gpu: unknown part '$part' (tools, tests, python, data)" >&2; exit 2 ;;
   esac

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "temp_files.h"
 #include "fp8route/moe.h"
@@ -161,6 +162,18 @@ TEST(GroupedTable, DamagedFilesNameThePlace) {
   }
   EXPECT_THROW(load_grouped_table((temp_dir() / "absent.json").string()), Error);
   EXPECT_THROW(load_grouped_table(""), Error);
+}
+
+TEST(GroupedTable, DefaultFilesThisGpuFirst) {
+  const std::vector<std::string> files = default_grouped_table_files();
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_NE(files[0], files[1]);
+  for (const std::string& f : files)
+    EXPECT_TRUE(f == "routes/h200-grouped.json" || f == "routes/h100-grouped.json") << f;
+  if (cuda_device_count() > 0 && device_info(0).name.find("H100") != std::string::npos)
+    EXPECT_EQ(files[0], "routes/h100-grouped.json");
+  else
+    EXPECT_EQ(files[0], "routes/h200-grouped.json");  // an H200, another GPU, or none
 }
 
 // The process-wide table: loaded, explained, dropped; a bad file keeps the table in use.

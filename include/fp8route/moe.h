@@ -158,9 +158,13 @@ std::string grouped_table_choice(const GroupedRoutingTable& table, const Grouped
                                  std::string* why = nullptr);
 
 // The process-wide grouped table, loaded at the first routed grouped call from
-// default_grouped_table_path(): $FP8ROUTE_GROUPED_TABLE, else routes/h200-grouped.json found as
-// default_table_path() finds routes/h200.json. None found: the rule routes, and that is no error; a
+// default_grouped_table_path(): $FP8ROUTE_GROUPED_TABLE, else the first of
+// default_grouped_table_files() that exists, looked for as default_table_path() looks for
+// routes/h200.json: this GPU's (routes/h100-grouped.json on an H100, routes/h200-grouped.json on an
+// H200), then the other's (a table of the other Hopper still ranks the backends better than the
+// rule; its stamp says where it was measured). None found: the rule routes, and that is no error; a
 // file that does not load: the rule routes and grouped_table_info() keeps the error.
+std::vector<std::string> default_grouped_table_files();
 std::string default_grouped_table_path();
 // Replaces the process-wide grouped table with the one at `path` (throws as load_grouped_table,
 // keeping the previous one); "" drops it (the rule routes every grouped call).

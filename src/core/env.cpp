@@ -10,7 +10,7 @@ namespace fp8route::env {
 const std::vector<Variable>& variables() {
   static const std::vector<Variable> v = {
       {"FP8ROUTE_TABLE", "library", "the routing table file the process-wide router loads (default: routes/h200.json found as FP8ROUTE_DATA_DIR says)"},
-      {"FP8ROUTE_GROUPED_TABLE", "library", "the grouped routing table file grouped GEMMs are routed by (default: routes/h200-grouped.json found as FP8ROUTE_DATA_DIR says; none: the rule)"},
+      {"FP8ROUTE_GROUPED_TABLE", "library", "the grouped routing table file grouped GEMMs are routed by (default: this GPU's routes/h100-grouped.json or h200-grouped.json, else the other's, found as FP8ROUTE_DATA_DIR says; none: the rule)"},
       {"FP8ROUTE_DATA_DIR", "library", "a folder looked in first for data files (routes/h200.json, shapes/models.json)"},
       {"FP8ROUTE_SOURCE_DIR", "library", "a source tree looked in for data files, after FP8ROUTE_DATA_DIR; the benchmarks' scripts"},
       {"FP8ROUTE_AUTOPROBE", "library", "0 turns automatic probing off (default on)"},

@@ -1,25 +1,20 @@
-// Grouped routing tables (include/fp8route/moe.h, docs/moe.md "Routing"): the file format, the
-// choice for a problem, and the process-wide table the default grouped backend consults; and the
-// names of the grouped forms. Host code only (the fuzz targets compile it with clang).
+// Grouped routing tables (include/fp8route/moe.h, docs/moe.md "Routing"): the file format and the
+// choice for a problem; and the names of the grouped forms. Host code only (the fuzz targets compile
+// it with clang). The process-wide table: grouped_default_table.cpp.
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <memory>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <tuple>
 #include <utility>
 
-#include "fp8route/tuning/env.h"
 #include "fp8route/error.h"
 #include "fp8route/moe.h"
-#include "fp8route/tuning/data_files.h"
 #include "fp8route/tuning/record_reader.h"
 #include "fp8route/tuning/stamp_json.h"
-#include "moe/backend.h"
 
 namespace fp8route {
 
@@ -27,7 +22,6 @@ namespace {
 
 constexpr const char* kFormat = "fp8route-grouped-table";
 constexpr int64_t kFormatVersion = 1;
-constexpr const char* kDefaultFile = "routes/h200-grouped.json";
 
 using json_reader::element;
 using json_reader::Json;
@@ -49,18 +43,6 @@ std::string entry_key(const GroupedTableEntry& e) {
   return os.str();
 }
 
-struct DefaultTable {
-  std::mutex mu;
-  bool tried = false;  // the default file was looked for
-  std::shared_ptr<const GroupedRoutingTable> table;
-  std::string path, error;
-};
-
-DefaultTable& default_state() {
-  static DefaultTable d;
-  return d;
-}
-
 }  // namespace
 
 std::string_view name(GroupedForm f) { return f == GroupedForm::masked ? "masked" : "contiguous"; }
@@ -74,7 +56,7 @@ GroupedForm parse_grouped_form(std::string_view s) {
 GroupedRoutingTable load_grouped_table(const std::string& path) {
   if (path.empty())
     FP8ROUTE_FAIL(ErrorCategory::io_error,
-                  "grouped routing table: " << data_file_not_found(kDefaultFile) << "; FP8ROUTE_GROUPED_TABLE names one");
+                  "grouped routing table: no file named (FP8ROUTE_GROUPED_TABLE or load_grouped_table names one)");
   const std::vector<std::string> known = grouped_backends();
   const RecordReader rd("grouped routing table " + path, known);
   const Json j = rd.document_file(path, kFormat, kFormatVersion);
@@ -178,56 +160,6 @@ std::string grouped_table_choice(const GroupedRoutingTable& table, const Grouped
   if (chosen.empty()) os << " none of them runs the problem";
   if (why) *why = os.str();
   return chosen;
-}
-
-std::string default_grouped_table_path() {
-  if (const auto t = env::get("FP8ROUTE_GROUPED_TABLE")) return *t;
-  return find_data_file(kDefaultFile);
-}
-
-namespace moe {
-
-// The process-wide table (nullptr: none), loaded once at the first call.
-std::shared_ptr<const GroupedRoutingTable> default_grouped_table() {
-  DefaultTable& d = default_state();
-  std::lock_guard<std::mutex> lock(d.mu);
-  if (!d.tried) {
-    d.tried = true;
-    const std::string path = default_grouped_table_path();
-    if (!path.empty()) {
-      try {
-        d.table = std::make_shared<const GroupedRoutingTable>(load_grouped_table(path));
-        d.path = path;
-      } catch (const std::exception& e) {  // a damaged file routes by the rule; info() says why
-        d.error = e.what();
-      }
-    }
-  }
-  return d.table;
-}
-
-}  // namespace moe
-
-void load_default_grouped_table(const std::string& path) {
-  std::shared_ptr<const GroupedRoutingTable> t;
-  if (!path.empty()) t = std::make_shared<const GroupedRoutingTable>(load_grouped_table(path));
-  DefaultTable& d = default_state();
-  std::lock_guard<std::mutex> lock(d.mu);
-  d.tried = true;
-  d.table = std::move(t);
-  d.path = path;
-  d.error.clear();
-}
-
-GroupedTableInfo grouped_table_info() {
-  moe::default_grouped_table();  // the first look, if no call made it yet
-  DefaultTable& d = default_state();
-  std::lock_guard<std::mutex> lock(d.mu);
-  GroupedTableInfo info;
-  info.path = d.table ? d.path : "";
-  info.load_error = d.error;
-  if (d.table) info.entries = d.table->entries.size(), info.stamp = d.table->stamp;
-  return info;
 }
 
 }  // namespace fp8route

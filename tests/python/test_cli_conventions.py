@@ -203,6 +203,24 @@ def test_info_json_reports_no_table_warning_without_a_gpu():
     assert json.loads(r.stdout)["routing_table_warning"] == ""
 
 
+def test_info_reports_the_grouped_table(tmp_path):
+    # None in use, one named by FP8ROUTE_GROUPED_TABLE, one that does not load.
+    good, bad = tmp_path / "g.json", tmp_path / "bad.json"
+    good.write_text('{"format": "fp8route-grouped-table", "version": 1, "stamp": {"gpu": "NVIDIA H200", '
+                    '"sm_count": 132, "cuda": "13.0", "cublaslt": "13.1", "fp8route": "0.3.0", "date": "2026-12-05"}, '
+                    '"entries": [{"form": "masked", "scale": "row", "out": "bf16", "experts": 8, "n": 512, "k": 256, '
+                    '"measured": [[4, "simt", 3.0]]}]}')
+    bad.write_text("{")
+    for env, path, line in [({"FP8ROUTE_GROUPED_TABLE": str(good)}, str(good), str(good) + ": 1 entries, measured on "
+                             "NVIDIA H200 on 2026-12-05"),
+                            ({"FP8ROUTE_GROUPED_TABLE": str(bad)}, "", "not loaded (")]:
+        j = json.loads(run(cli_path(), "info", "--json", env=env).stdout)
+        assert j["grouped_routing_table_path"] == path and j["grouped_routing_table"].startswith(line), j
+        assert (j["grouped_routing_table_load_error"] == "") == (path != ""), j
+        text = run(cli_path(), "info", env=env).stdout
+        assert "grouped routing table: " + line in text, text
+
+
 def other_gpu_table(tmp_path):
     """The shipped table stamped with a GPU model no machine has."""
     table = json.loads(open(os.path.join(ROOT, "routes", "h200.json")).read())

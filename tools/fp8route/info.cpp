@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "fp8route/device.h"
+#include "fp8route/moe.h"
 #include "fp8route/route.h"
 #include "fp8route/status.h"
 #include "fp8route/tuning/route_log.h"
@@ -33,6 +34,16 @@ int run_info(const InfoOptions& opt) {
   const std::string table_warning =
       router->load_error().empty() && n > 0 ? route_log::gpu_mismatch_warning(ts.gpu, device_info(0).name) : "";
 
+  // The grouped routing table grouped_scaled_mm() uses (docs/moe.md, Routing); none is no error.
+  const GroupedTableInfo grouped = grouped_table_info();
+  const std::string grouped_line =
+      !grouped.path.empty()
+          ? grouped.path + ": " + std::to_string(grouped.entries) + " entries, measured on " + grouped.stamp.gpu +
+                " on " + grouped.stamp.date
+          : grouped.load_error.empty()
+                ? "none found: grouped calls routed by the rule (FP8ROUTE_GROUPED_TABLE names one)"
+                : "not loaded (" + grouped.load_error + "): grouped calls routed by the rule";
+
   if (opt.json) {
     nlohmann::json j;
     j["fp8route"] = v.fp8route;
@@ -51,6 +62,9 @@ int run_info(const InfoOptions& opt) {
     j["routing_table_path"] = table_path;  // "" when none was found
     j["routing_table_load_error"] = router->load_error();
     j["routing_table_warning"] = table_warning;
+    j["grouped_routing_table"] = grouped_line;
+    j["grouped_routing_table_path"] = grouped.path;  // "" when none is in use
+    j["grouped_routing_table_load_error"] = grouped.load_error;
     j["components"] = nlohmann::json::array();
     for (const auto& c : components)
       j["components"].push_back({{"name", c.name}, {"usable", c.usable}, {"reason", c.reason}});
@@ -72,6 +86,7 @@ int run_info(const InfoOptions& opt) {
   }
   std::printf("routing table: %s\n", table_line.c_str());
   if (!table_warning.empty()) std::printf("%s\n", table_warning.c_str());
+  std::printf("grouped routing table: %s\n", grouped_line.c_str());
   std::printf("\n%-28s %-8s %s\n", "component", "usable", "why");
   for (const auto& c : components)
     std::printf("%-28s %-8s %s\n", c.name.c_str(), c.usable ? "yes" : "no", c.reason.c_str());
