@@ -100,9 +100,12 @@ class MoeFfn:
             t = y.shape[0]
             # Decode: the masked form, whose shapes depend on T only (one graph per batch size).
             self.layer.masked_m_max = t if t <= MASKED_MAX_TOKENS else None
-            out = self.layer(y.to(self.dtype), logits).float()
+            out = self.layer(y.to(self.dtype), logits)
             if self.record:
                 self._count(self.route(y)[1])
+            if not self.add_shared:
+                return out  # in self.dtype already: no float round trip (two kernels of a decode step)
+            out = out.float()
         else:
             weights, ids = self.route(y)
             if self.record:
