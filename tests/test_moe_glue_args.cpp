@@ -250,5 +250,34 @@ TEST(MoeGlueArgs, ScatterPerTokenQuantWithNoTokensOrRowsEnqueuesNothing) {
                                           nullptr));
 }
 
+// ---- masked_silu_and_mul_per_token_quant -------------------------------------------------------
+
+TEST(MoeGlueArgs, MaskedSiluPerTokenQuantNamesEachBadArgument) {
+  const TensorView x = tensor(0, DType::bf16, {8, 4, 512}), masked_m = tensor(1, DType::i32, {8}),
+                   q = tensor(2, DType::e4m3, {8, 4, 256}), s = tensor(3, DType::f32, {8, 4});
+  const ScaleRounding r = ScaleRounding::none;
+  EXPECT_NAMES(masked_silu_and_mul_per_token_quant(tensor(0, DType::i32, {8, 4, 512}), masked_m, q, s, r, nullptr),
+               "x: dtype");
+  EXPECT_NAMES(masked_silu_and_mul_per_token_quant(tensor(0, DType::bf16, {32, 512}), masked_m, q, s, r, nullptr),
+               "x: expected 3 dims");
+  EXPECT_NAMES(masked_silu_and_mul_per_token_quant(tensor(0, DType::bf16, {8, 4, 511}), masked_m, q, s, r, nullptr),
+               "x: [E, M_max, 2 x hidden]");
+  EXPECT_NAMES(masked_silu_and_mul_per_token_quant(x, tensor(1, DType::i32, {7}), q, s, r, nullptr),
+               "masked_m: expected shape");
+  EXPECT_NAMES(masked_silu_and_mul_per_token_quant(x, tensor(1, DType::f32, {8}), q, s, r, nullptr), "masked_m: dtype");
+  EXPECT_NAMES(masked_silu_and_mul_per_token_quant(x, masked_m, tensor(2, DType::e4m3, {8, 4, 512}), s, r, nullptr),
+               "q: expected shape");
+  EXPECT_NAMES(masked_silu_and_mul_per_token_quant(x, masked_m, q, tensor(3, DType::f32, {8, 5}), r, nullptr),
+               "s: expected shape");
+  EXPECT_NAMES(masked_silu_and_mul_per_token_quant(x, masked_m, tensor(1, DType::e4m3, {8, 4, 256}), s, r, nullptr),
+               "q and masked_m overlap");
+  EXPECT_NAMES(masked_silu_and_mul_per_token_quant(x, masked_m, tensor(0, DType::e4m3, {8, 4, 256}), s, r, nullptr),
+               "q and x overlap");
+  // No rows: nothing enqueued.
+  EXPECT_NO_THROW(masked_silu_and_mul_per_token_quant(TensorView::contiguous(nullptr, DType::bf16, {8, 0, 512}),
+                                                      masked_m, TensorView::contiguous(nullptr, DType::e4m3, {8, 0, 256}),
+                                                      TensorView::contiguous(nullptr, DType::f32, {8, 0}), r, nullptr));
+}
+
 }  // namespace
 }  // namespace fp8route

@@ -89,6 +89,14 @@ void scatter_per_token_quant(const TensorView& x, const TensorView& src2dst, con
 // reference (device exp; docs/numerics.md).
 void silu_and_mul_per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
                                   ScaleRounding rounding, cudaStream_t stream);
+// EP-MoE masked form of silu_and_mul_per_token_quant (the per-token input of a masked grouped down
+// projection): x [E, M_max, 2H] contiguous, masked_m int32 [E] (each count clamped to [0, M_max]),
+// q [E, M_max, H] (e4m3 or i8), s f32 [E, M_max]. Rows t >= masked_m[e] are neither read nor
+// written (q and s keep what they held); every other row gets exactly the codes and scale
+// silu_and_mul_per_token_quant gives it. One block per row of the [E * M_max] (the launch does not
+// depend on the counts; a skipped row's block leaves at once).
+void masked_silu_and_mul_per_token_quant(const TensorView& x, const TensorView& masked_m, const TensorView& q,
+                                         const TensorView& s, ScaleRounding rounding, cudaStream_t stream);
 
 // Per-tensor, static scale: scale is a device f32 [1]; q = encode(x / scale), the division
 // correctly rounded (NaN -> 0, +-inf -> +-qmax, as in docs/numerics.md).

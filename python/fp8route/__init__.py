@@ -15,6 +15,7 @@ from .ops import (
     probe,
     masked_per_token_group_quant,
     masked_silu_and_mul_per_token_group_quant,
+    masked_silu_and_mul_per_token_quant,
     per_tensor_quant,
     per_token_group_quant,
     per_token_quant,
@@ -53,7 +54,8 @@ _use_packaged_table()
 __all__ = [
     "explain", "load_table", "save_table", "probe", "table_info", "set_autoprobe", "autoprobe_info", "warmup", "quant_layout", "per_token_group_quant",
     "silu_and_mul_per_token_group_quant", "silu_and_mul_per_token_quant", "masked_per_token_group_quant",
-    "masked_silu_and_mul_per_token_group_quant", "scatter_per_token_group_quant", "scatter_per_token_quant",
+    "masked_silu_and_mul_per_token_group_quant", "masked_silu_and_mul_per_token_quant",
+    "scatter_per_token_group_quant", "scatter_per_token_quant",
     "per_token_quant",
     "per_tensor_quant", "rms_norm", "rms_norm_per_token_group_quant", "rms_norm_per_token_quant",
     "rms_norm_per_tensor_quant", "decode_attention", "scaled_mm", "grouped_scaled_mm", "moe_softmax_topk",

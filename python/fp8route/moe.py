@@ -449,10 +449,10 @@ if torch is not None:
                     q2, s2 = ops.masked_silu_and_mul_per_token_group_quant(gate_up, counts, layout=layout)
                 else:
                     q2, s2 = ops.silu_and_mul_per_token_group_quant(gate_up, layout=layout)
+            elif masked:  # only the rows each expert holds (the others reach no output)
+                q2, s2 = ops.masked_silu_and_mul_per_token_quant(gate_up, counts)
             else:
-                flat = gate_up.view(-1, 2 * self.intermediate)
-                q2, s2 = ops.silu_and_mul_per_token_quant(flat)
-                q2, s2 = shaped(q2, s2.reshape(-1), self.intermediate)
+                q2, s2 = ops.silu_and_mul_per_token_quant(gate_up)
             down = grouped_scaled_mm(q2, self.w2, s2, self.w2_scale, scale=self.scale, scale_a_layout=layout, **kw)
             if fused:
                 direct = self.shared_expert is None and x.dtype == down.dtype  # else f32, then the sum

@@ -328,6 +328,33 @@ def silu_and_mul_per_token_quant(x, dtype="e4m3", rounding="none", out=None):
     return _token_quant(x, dtype, rounding, out, True)
 
 
+def _masked_token_quant(x, masked_m, dtype, rounding, out):
+    if out is None:
+        if not isinstance(x, _Tensor):
+            raise ValueError(_NOT_TORCH)
+        e, t, h = x.shape[0], x.shape[1], x.shape[2] // 2
+        q = torch.empty(size=(e, t, h), dtype=_TORCH_DTYPES[_CODE_DTYPES[dtype]], device=x.device)
+        s = torch.empty(size=(e, t), dtype=_F32, device=x.device)
+    else:
+        q, s = out
+    lib.masked_silu_and_mul_per_token_quant(x, masked_m, _bits(q), s, rounding)
+    return q, s
+
+
+def masked_silu_and_mul_per_token_quant(x, masked_m, dtype="e4m3", rounding="none", out=None):
+    """x [E, M_max, 2H], masked_m int32 [E] -> (q [E, M_max, H], s f32 [E, M_max]): the masked form of
+    silu_and_mul_per_token_quant (each valid row's codes and scale exactly as it gives them). Rows
+    t >= masked_m[e] (counts clamped to [0, M_max]) are neither read nor written: allocated outputs
+    are torch.empty there (in Fp8MoE's masked form those rows reach no output)."""
+    if dtype != "e4m3":
+        dtype = _code(dtype)
+    if type(x) is not _Tensor or x.dim() != 3:
+        _check_ndim(x, 3, "x", "[E, M_max, 2H]")
+    if _compiling():
+        return _into(out, torch.ops.fp8route.masked_silu_and_mul_per_token_quant(x, masked_m, dtype, rounding))
+    return _masked_token_quant(x, masked_m, dtype, rounding, out)
+
+
 def _tensor_quant(x, scale, dtype, out):
     q = out if out is not None else _empty(x, x.shape, _CODE_DTYPES[dtype])
     dynamic = scale is None

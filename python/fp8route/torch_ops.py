@@ -238,6 +238,19 @@ def per_token_quant(x, dtype, rounding, fused=False):
     return ops._token_quant(x, dtype, rounding, None, fused)
 
 
+def _masked_token_fake(x, masked_m, dtype, rounding):
+    e, t, h = x.shape[0], x.shape[1], x.shape[2] // 2
+    return x.new_empty((e, t, h), dtype=_CODE[dtype]), x.new_empty((e, t), dtype=torch.float32)
+
+
+@_define("masked_silu_and_mul_per_token_quant(Tensor x, Tensor masked_m, str dtype, str rounding) -> (Tensor, Tensor)",
+         _masked_token_fake)
+def masked_silu_and_mul_per_token_quant(x, masked_m, dtype, rounding):
+    """masked_silu_and_mul_per_token_quant: rows t >= masked_m[e] are not written (their contents are
+    unspecified)."""
+    return ops._masked_token_quant(x, masked_m, dtype, rounding, None)
+
+
 def _per_tensor_quant_fake(x, dtype):
     return x.new_empty(x.shape, dtype=_CODE[dtype]), x.new_empty((1,), dtype=torch.float32)
 

@@ -251,6 +251,15 @@ void per_token_quant(FfiTensor x, FfiTensor q, FfiTensor s, String rounding, boo
   });
 }
 
+void masked_silu_and_mul_per_token_quant(FfiTensor x, FfiTensor masked_m, FfiTensor q, FfiTensor s, String rounding) {
+  guarded([&] {
+    const DeviceGuard device(x);
+    fp8route::masked_silu_and_mul_per_token_quant(view(x, "x"), view(masked_m, "masked_m"), view(q, "q"),
+                                                  view(s, "s"), fp8route::parse_rounding(std::string(rounding)),
+                                                  stream_of(x));
+  });
+}
+
 void per_tensor_quant(FfiTensor x, FfiTensor q, FfiTensor scale, bool dynamic) {
   guarded([&] {
     const DeviceGuard device(x);
@@ -829,6 +838,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(masked_per_token_group_quant, masked_per_token_gro
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scatter_per_token_group_quant, scatter_per_token_group_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(scatter_per_token_quant, scatter_per_token_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_token_quant, per_token_quant);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(masked_silu_and_mul_per_token_quant, masked_silu_and_mul_per_token_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(per_tensor_quant, per_tensor_quant);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(rms_norm, rms_norm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_attention, decode_attention);

@@ -57,12 +57,17 @@ __device__ __forceinline__ void for_each_destination(const RowQuantParams& p, in
 // fp32 (the fused silu_and_mul of the group kernel).
 // kAligned: see "Rows of any width" (row_common.cuh).
 // kScatter: token t's codes and scale go to its destination rows (for_each_destination), not row t.
-template <class InT, bool kFused, bool kAligned, int kRegVecs, bool kScatter = false>
+// kMasked: a row past its slab's count (RowQuantParams::masked_m) is skipped whole.
+template <class InT, bool kFused, bool kAligned, int kRegVecs, bool kScatter = false, bool kMasked = false>
 __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQuantParams p) {
   griddep_launch_dependents();  // PDL (core/griddep.cuh): everything below may read the previous kernel's output
   griddep_wait();
   __shared__ float smem[32];
   const int64_t t = blockIdx.x;
+  if constexpr (kMasked) {  // block-uniform: the whole block leaves
+    const int32_t n = p.masked_m[t / p.m_max];
+    if (t % p.m_max >= min(max(n, 0), p.m_max)) return;
+  }
   const InT* row = static_cast<const InT*>(p.x) + t * p.x_stride_t;
   const InT* up = kFused ? row + p.hidden : row;
   // Row r of the outputs gets the codes and scale (row t, or each destination of a scatter).

@@ -20,15 +20,15 @@ namespace {
 
 // The per-token kernel for rows of p.hidden elements, with the register vectors such a row needs
 // (token_kernel.cuh, token_reg_vecs).
-template <class InT, bool kFused, bool kAligned, bool kScatter = false>
+template <class InT, bool kFused, bool kAligned, bool kScatter = false, bool kMasked = false>
 void launch_token_kernel(const RowQuantParams& p, const LaunchShape& shape, cudaStream_t stream) {
   const int64_t vecs = (p.hidden + kernels::kQuantVec - 1) / kernels::kQuantVec;
   switch (kernels::token_reg_vecs(vecs)) {
-    case 1: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 1, kScatter>, shape, stream, p); break;
-    case 2: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 2, kScatter>, shape, stream, p); break;
-    case 4: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 4, kScatter>, shape, stream, p); break;
-    case 8: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 8, kScatter>, shape, stream, p); break;
-    default: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 0, kScatter>, shape, stream, p); break;
+    case 1: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 1, kScatter, kMasked>, shape, stream, p); break;
+    case 2: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 2, kScatter, kMasked>, shape, stream, p); break;
+    case 4: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 4, kScatter, kMasked>, shape, stream, p); break;
+    case 8: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 8, kScatter, kMasked>, shape, stream, p); break;
+    default: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 0, kScatter, kMasked>, shape, stream, p); break;
   }
 }
 
@@ -47,9 +47,16 @@ using namespace quant_launch;
 
 namespace {
 
+// Masked rows (masked_silu_and_mul_per_token_quant): the rows of x are [E, m_max] slabs, counts in
+// masked_m (checked by the caller).
+struct MaskedRows {
+  const int32_t* masked_m = nullptr;
+  int64_t m_max = 0;
+};
+
 // per_token_quant, or (fused) silu_and_mul of x [T, 2H] then per_token_quant of the result.
 void token_quant(const TensorView& x, const TensorView& q, const TensorView& s, ScaleRounding rounding, bool fused,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, MaskedRows masked = {}) {
   check_row_input(x);
   if (fused)
     FP8ROUTE_CHECK(x.size(1) % 2 == 0, "x: the fused silu_and_mul form takes [T, 2 x hidden] ([gate | up]): its last "
@@ -72,12 +79,51 @@ void token_quant(const TensorView& x, const TensorView& q, const TensorView& s, 
   p.hidden = hidden;
   p.s = static_cast<float*>(s.data);
   p.pow2 = rounding == ScaleRounding::pow2;
+  p.masked_m = masked.masked_m;
+  p.m_max = static_cast<int32_t>(masked.m_max);
   const LaunchShape grid_shape = pdl_shape(dim3(static_cast<unsigned>(x.size(0))), kernels::kRowThreads);
   dispatch_row(x.dtype, vector_rows(p, x.dtype), [&]<class InT, bool kAligned>() {
-    if (fused) launch_token_kernel<InT, true, kAligned>(p, grid_shape, stream);
+    if (masked.masked_m) launch_token_kernel<InT, true, kAligned, false, true>(p, grid_shape, stream);
+    else if (fused) launch_token_kernel<InT, true, kAligned>(p, grid_shape, stream);
     else launch_token_kernel<InT, false, kAligned>(p, grid_shape, stream);
     FP8ROUTE_CHECK_LAUNCH();
   });
+}
+
+// masked_silu_and_mul_per_token_quant: the fused per-token kernel over the [E * M_max] rows of x,
+// skipping the rows past each expert's count.
+void masked_token_quant(const TensorView& x, const TensorView& masked_m, const TensorView& q, const TensorView& s,
+                        ScaleRounding rounding, cudaStream_t stream) {
+  check_device_tensor(x, "x");
+  check_dtype(x, "x", {DType::bf16, DType::f16, DType::f32});
+  check_ndim(x, "x", 3, "[E, M_max, 2H]");
+  FP8ROUTE_CHECK(x.is_contiguous(), "x: must be contiguous, got " << to_string(x));
+  const int64_t experts = x.size(0), m_max = x.size(1);
+  FP8ROUTE_CHECK(x.size(2) > 0 && x.size(2) % 2 == 0,
+                 "x: [E, M_max, 2 x hidden] ([gate | up]): its last dim must be even and positive, got " << to_string(x));
+  const int64_t hidden = x.size(2) / 2;
+  check_device_tensor(masked_m, "masked_m");
+  check_dtype(masked_m, "masked_m", {DType::i32});
+  const int64_t m_shape[1] = {experts};
+  check_contiguous_shape(masked_m, "masked_m", m_shape, 1);
+  check_same_device(masked_m, "masked_m", x, "x");
+  check_device_tensor(q, "q");
+  check_dtype(q, "q", {DType::e4m3, DType::i8});
+  const int64_t q_shape[3] = {experts, m_max, hidden};
+  check_contiguous_shape(q, "q", q_shape, 3);
+  check_device_tensor(s, "s");
+  check_dtype(s, "s", {DType::f32});
+  const int64_t s_shape[2] = {experts, m_max};
+  check_contiguous_shape(s, "s", s_shape, 2);
+  check_no_overlap(q, "q", masked_m, "masked_m");
+  check_no_overlap(s, "s", masked_m, "masked_m");
+  FP8ROUTE_CHECK(experts * m_max <= 0x7FFFFFFF, "x: E * M_max = " << experts * m_max << " rows, at most 2^31-1");
+  if (experts * m_max == 0) return;
+  // The slabs as rows: x [E * M_max, 2H], q [E * M_max, H], s [E * M_max].
+  const TensorView x2 = TensorView::contiguous(x.data, x.dtype, {experts * m_max, 2 * hidden}, x.device);
+  const TensorView q2 = TensorView::contiguous(q.data, q.dtype, {experts * m_max, hidden}, q.device);
+  const TensorView s2 = TensorView::contiguous(s.data, s.dtype, {experts * m_max}, s.device);
+  token_quant(x2, q2, s2, rounding, true, stream, {static_cast<const int32_t*>(masked_m.data), m_max});
 }
 
 // scatter_per_token_quant: the per-token kernel with each token's codes and scale written to its
@@ -144,6 +190,11 @@ void per_token_quant(const TensorView& x, const TensorView& q, const TensorView&
 void silu_and_mul_per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,
                                   ScaleRounding rounding, cudaStream_t stream) {
   token_quant(x, q, s, rounding, true, stream);
+}
+
+void masked_silu_and_mul_per_token_quant(const TensorView& x, const TensorView& masked_m, const TensorView& q,
+                                         const TensorView& s, ScaleRounding rounding, cudaStream_t stream) {
+  masked_token_quant(x, masked_m, q, s, rounding, stream);
 }
 
 }  // namespace fp8route

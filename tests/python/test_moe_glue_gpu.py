@@ -1,7 +1,7 @@
 """The MoE decode glue kernels (docs/moe.md, "The glue kernels") against their torch references
 in fp8route.moe_routing and fp8route.ops, on fresh random inputs (FP8ROUTE_TEST_SEED=N repeats a
 run): moe_softmax_topk, moe_masked_dispatch, moe_contiguous_dispatch, moe_combine,
-scatter_per_token_quant, and Fp8MoE (masked and contiguous) with the fused glue against the same
+scatter_per_token_quant, masked_silu_and_mul_per_token_quant, and Fp8MoE (masked and contiguous) with the fused glue against the same
 layer on the torch glue. Exact where the numerics
 say so (dispatch, combine in the same order, quant codes and scales). The argument errors that need
 no GPU are at the end (host tensors refused, Python-side checks)."""
@@ -416,6 +416,50 @@ def test_scatter_per_token_quant_duplicate_rows_get_the_last_entry(t, k):
     q, s = q8.clone(), s0.clone()
     fp8route.scatter_per_token_quant(x, src2dst, rows, dtype="i8", out=(q, s))
     _check_scatter(x, src2dst, rows, q, s, q8, s0, "i8")
+
+
+# ---- masked_silu_and_mul_per_token_quant ---------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("e,m_max,h", [(128, 1, 768), (16, 8, 100), (8, 64, 2048), (4, 3, 20000)])
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float32])
+def test_masked_silu_per_token_quant_is_the_unmasked_one_on_held_rows(e, m_max, h, x_dtype):
+    # h = 100: rows of any width; h = 20000: rows read twice. Counts past M_max and below 0 clamp.
+    x = (torch.randn(e, m_max, 2 * h, device="cuda") * 3).to(x_dtype)
+    masked_m = torch.randint(-1, m_max + 2, (e,), dtype=torch.int32, device="cuda")
+    masked_m[0] = m_max + 5
+    q0 = torch.randint(0, 255, (e, m_max, h), dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    s0 = torch.full((e, m_max), -1.0, device="cuda")
+    q, s = q0.clone(), s0.clone()
+    fp8route.masked_silu_and_mul_per_token_quant(x, masked_m, out=(q, s))
+    want_q, want_s = fp8route.silu_and_mul_per_token_quant(x.reshape(e * m_max, 2 * h))
+    held = (torch.arange(m_max, device="cuda")[None, :] < masked_m.clamp(0, m_max)[:, None]).reshape(-1)
+    qb, sb = q.view(torch.uint8).reshape(e * m_max, h), s.reshape(-1)
+    assert torch.equal(qb[held], want_q.view(torch.uint8)[held]), _msg("codes of held rows")
+    assert torch.equal(sb[held], want_s[held]), _msg("scales of held rows")
+    assert torch.equal(qb[~held], q0.view(torch.uint8).reshape(e * m_max, h)[~held]), _msg("rows past masked_m written")
+    assert torch.equal(sb[~held], s0.reshape(-1)[~held]), _msg("scales past masked_m written")
+
+
+@gpu
+def test_masked_silu_per_token_quant_int8_and_graph_replay():
+    e, m_max, h = 8, 4, 512
+    x = torch.randn(e, m_max, 2 * h, device="cuda", dtype=torch.bfloat16)
+    masked_m = torch.tensor([1, 0, 4, 2, 3, 0, 1, 4], dtype=torch.int32, device="cuda")
+    q, s = fp8route.masked_silu_and_mul_per_token_quant(x, masked_m, dtype="i8")
+    assert q.dtype == torch.int8 and q.shape == (e, m_max, h) and s.shape == (e, m_max)
+    want_q, want_s = fp8route.silu_and_mul_per_token_quant(x.reshape(-1, 2 * h), dtype="i8")
+    held = (torch.arange(m_max, device="cuda")[None, :] < masked_m[:, None]).reshape(-1)
+    assert torch.equal(q.reshape(-1, h)[held], want_q[held]) and torch.equal(s.reshape(-1)[held], want_s[held])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = fp8route.masked_silu_and_mul_per_token_quant(x, masked_m)
+    masked_m.copy_(torch.tensor([4, 4, 0, 1, 2, 3, 4, 0], dtype=torch.int32))
+    graph.replay()
+    want_q, want_s = fp8route.silu_and_mul_per_token_quant(x.reshape(-1, 2 * h))
+    held = (torch.arange(m_max, device="cuda")[None, :] < masked_m[:, None]).reshape(-1)
+    assert torch.equal(q.view(torch.uint8).reshape(-1, h)[held], want_q.view(torch.uint8)[held]), _msg("replay")
+    assert torch.equal(s.reshape(-1)[held], want_s[held]), _msg("replay scales")
 
 
 @gpu

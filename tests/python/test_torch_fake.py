@@ -66,6 +66,10 @@ def _calls(m):
             "masked_per_token_group_quant",
             lambda: fp8route.masked_silu_and_mul_per_token_group_quant(torch.empty(2, m, 512, dtype=torch.bfloat16,
                                                                                    **meta), masked_m)),
+        "masked_silu_and_mul_per_token_quant": (
+            "masked_silu_and_mul_per_token_quant",
+            lambda: fp8route.masked_silu_and_mul_per_token_quant(torch.empty(2, m, 512, dtype=torch.bfloat16, **meta),
+                                                                 masked_m)),
         "scatter_per_token_group_quant": (
             "scatter_per_token_group_quant",
             lambda: fp8route.scatter_per_token_group_quant(x, torch.empty(m, 2, dtype=torch.int32, **meta), 2 * m)),
