@@ -123,8 +123,15 @@ std::string grouped_table_choice(const GroupedRoutingTable& table, const Grouped
                                  const std::function<std::string(std::string_view)>& supports, std::string* why) {
   const GroupedTableEntry* best = nullptr;
   double best_d = 0;
+  for (const GroupedTableEntry& e : table.entries)  // an exact entry without a logarithm (every call asks)
+    if (e.form == p.form && e.scale == p.scale && e.out == p.out && e.experts == p.experts && e.n == p.n &&
+        e.k == p.k) {
+      best = &e;
+      break;
+    }
+  const bool exact = best != nullptr;
   for (const GroupedTableEntry& e : table.entries) {
-    if (e.form != p.form || e.scale != p.scale) continue;
+    if (exact || e.form != p.form || e.scale != p.scale) continue;
     const double d = distance(e, p);
     if (!best || d < best_d) best = &e, best_d = d;
   }
