@@ -157,6 +157,36 @@ TEST(MoeGlueArgs, MaskedDispatchNamesEachBadArgument) {
   EXPECT_NAMES(moe_masked_dispatch(ids, none, 4, tensor(0, DType::i32, {4, 8}), masked_m, nullptr), "src2dst and ids overlap");
 }
 
+// ---- moe_route_masked_dispatch -------------------------------------------------------------------
+
+TEST(MoeGlueArgs, RouteMaskedDispatchNamesEachBadArgument) {
+  const TensorView logits = tensor(0, DType::bf16, {4, 64}), w = tensor(1, DType::f32, {4, 8}),
+                   ids = tensor(2, DType::i32, {4, 8}), src2dst = tensor(3, DType::i32, {4, 8}),
+                   masked_m = tensor(4, DType::i32, {64}), bias = tensor(5, DType::f32, {64}), none{};
+  const auto call = [&](const TensorView& l, const TensorView& b, int64_t g, int64_t tg, double sc, int64_t m_max,
+                        const TensorView& s2d) {
+    moe_route_masked_dispatch(l, b, g, tg, true, sc, none, m_max, w, ids, s2d, masked_m, nullptr);
+  };
+  EXPECT_NAMES(call(tensor(0, DType::i32, {4, 64}), none, 1, 1, 1.0, 4, src2dst), "logits: dtype");
+  EXPECT_NAMES(call(logits, none, 8, 1, 1.0, 4, src2dst), "n_group, topk_group, scaling_factor: softmax routing");
+  EXPECT_NAMES(call(logits, none, 1, 1, 2.5, 4, src2dst), "n_group, topk_group, scaling_factor: softmax routing");
+  EXPECT_NAMES(call(logits, bias, 5, 1, 1.0, 4, src2dst), "n_group: 5 must divide E = 64");
+  EXPECT_NAMES(call(logits, tensor(5, DType::f32, {63}), 8, 4, 1.0, 4, src2dst), "bias: expected shape");
+  EXPECT_NAMES(call(logits, none, 1, 1, 1.0, 0, src2dst), "m_max: must be >= 1");
+  EXPECT_NAMES(call(logits, none, 1, 1, 1.0, 4, tensor(3, DType::i32, {4, 7})), "src2dst: expected shape");
+  EXPECT_NAMES(call(logits, none, 1, 1, 1.0, 4, tensor(2, DType::i32, {4, 8})), "src2dst and ids overlap");
+  EXPECT_NAMES(call(logits, none, 1, 1, 1.0, 4, tensor(1, DType::i32, {4, 8})), "src2dst and weights overlap");
+  EXPECT_NAMES(moe_route_masked_dispatch(tensor(0, DType::bf16, {513, 64}), none, 1, 1, true, 1.0, none, 4,
+                                         tensor(1, DType::f32, {513, 8}), tensor(2, DType::i32, {513, 8}),
+                                         tensor(3, DType::i32, {513, 8}), masked_m, nullptr),
+               "ids: T * top_k = 4104 entries, at most 4096");
+  // No tokens: nothing enqueued (masked_m keeps the caller's zeros).
+  EXPECT_NO_THROW(moe_route_masked_dispatch(TensorView::contiguous(nullptr, DType::bf16, {0, 64}), none, 1, 1, true,
+                                            1.0, none, 4, TensorView::contiguous(nullptr, DType::f32, {0, 8}),
+                                            TensorView::contiguous(nullptr, DType::i32, {0, 8}),
+                                            TensorView::contiguous(nullptr, DType::i32, {0, 8}), masked_m, nullptr));
+}
+
 // ---- moe_contiguous_dispatch ---------------------------------------------------------------------
 
 TEST(MoeGlueArgs, ContiguousDispatchNamesEachBadArgument) {

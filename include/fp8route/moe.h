@@ -225,6 +225,17 @@ void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t 
 void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, int64_t m_max,
                          const TensorView& src2dst, const TensorView& masked_m, cudaStream_t stream);
 
+// Routing and masked dispatch in one kernel (decode): moe_softmax_topk of logits (bias absent:
+// n_group = topk_group = 1 and scaling_factor = 1 required) or moe_grouped_topk (bias given), then
+// moe_masked_dispatch of the ids, in one thread block: weights, ids, src2dst and masked_m are what
+// those two calls give, bit for bit, with the bounds of both (T * top_k <= kMoeDispatchMaxEntries).
+// Up to 32 tokens (fewer for large E: 32 KB of routing scratch) are routed at once, one warp each;
+// more are routed in turns, so for larger batches the two calls are faster.
+void moe_route_masked_dispatch(const TensorView& logits, const TensorView& bias, int64_t n_group, int64_t topk_group,
+                               bool renormalize, double scaling_factor, const TensorView& expert_map, int64_t m_max,
+                               const TensorView& weights, const TensorView& ids, const TensorView& src2dst,
+                               const TensorView& masked_m, cudaStream_t stream);
+
 // Contiguous dispatch (prefill, EP "normal" dispatch): the entries of ids int32 [T, top_k], mapped
 // first through expert_map int32 [E_global] when given (as moe_masked_dispatch), grouped by expert in
 // row-major (t, j) order. offsets int32 [E + 1] (1 <= E <= kMoeMaxExperts) gets offsets[0] = 0 and

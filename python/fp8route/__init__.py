@@ -35,7 +35,8 @@ from .ops import (
     warmup,
 )
 from .moe import (explain_grouped, grouped_scaled_mm, grouped_table_info, load_grouped_table, moe_combine,
-                  moe_contiguous_dispatch, moe_grouped_topk, moe_masked_dispatch, moe_softmax_topk)
+                  moe_contiguous_dispatch, moe_grouped_topk, moe_masked_dispatch, moe_route_masked_dispatch,
+                  moe_softmax_topk)
 
 __version__ = str(_lib.version())
 
@@ -59,7 +60,8 @@ __all__ = [
     "per_token_quant",
     "per_tensor_quant", "rms_norm", "rms_norm_per_token_group_quant", "rms_norm_per_token_quant",
     "rms_norm_per_tensor_quant", "decode_attention", "scaled_mm", "grouped_scaled_mm", "moe_softmax_topk",
-    "moe_grouped_topk", "moe_masked_dispatch", "moe_contiguous_dispatch", "moe_combine", "explain_grouped",
+    "moe_grouped_topk", "moe_masked_dispatch", "moe_route_masked_dispatch", "moe_contiguous_dispatch",
+    "moe_combine", "explain_grouped",
     "load_grouped_table", "grouped_table_info", "LinearPlan", "__version__",
 ]
 

@@ -21,6 +21,8 @@ if torch is not None:
 _LAYOUTS = ("row_major", "col_major", "col_major_tma")
 # Bounds of the decode glue kernels (moe.h: kMoeDispatchMaxEntries, kMoeMaxExperts).
 _GLUE_MAX_ENTRIES, _GLUE_MAX_EXPERTS = 4096, 1024
+# Up to this many tokens moe_route_masked_dispatch routes them all at once (one warp each).
+_ROUTE_DISPATCH_MAX_TOKENS = 32
 
 
 def _infer_scale(b, scale_b):
@@ -177,6 +179,39 @@ def _masked_dispatch(ids, experts, m_max, expert_map):
     return src2dst, masked_m
 
 
+def moe_route_masked_dispatch(logits, top_k, experts, m_max, bias=None, n_group=1, topk_group=1, renormalize=True,
+                              scaling_factor=1.0, expert_map=None):
+    """Routing and masked dispatch in one kernel, for decode batches: moe_softmax_topk(logits, top_k,
+    renormalize) (bias None) or moe_grouped_topk(logits, top_k, bias, n_group, topk_group, renormalize,
+    scaling_factor), then moe_masked_dispatch(ids, experts, m_max, expert_map). Returns (weights,
+    ids, src2dst, masked_m), bit for bit what those calls return, within the bounds of both. Up to 32
+    tokens are routed at once (fewer for large E); past that the separate calls are faster."""
+    if torch is not None and torch.compiler.is_compiling():
+        return torch.ops.fp8route.moe_route_masked_dispatch(logits, top_k, experts, m_max, bias, int(n_group),
+                                                            int(topk_group), bool(renormalize),
+                                                            float(scaling_factor), expert_map)
+    return _route_masked_dispatch(logits, top_k, experts, m_max, bias, n_group, topk_group, renormalize,
+                                  scaling_factor, expert_map)
+
+
+def _route_masked_dispatch(logits, top_k, experts, m_max, bias, n_group, topk_group, renormalize, scaling_factor,
+                           expert_map):
+    sigmoid = bias is not None
+    w, ids = _topk_outputs(logits, top_k, "min(topk_group * E / n_group, 16)" if sigmoid else "min(E, 16)",
+                           *([bias] if sigmoid else []))
+    if experts < 0:
+        raise ValueError(f"experts: must be >= 0, got {experts}")
+    t, device = logits.shape[0], logits.device
+    src2dst = torch.empty(size=(t, top_k), dtype=torch.int32, device=device)
+    # T = 0 launches nothing: the counts are the zeros allocated here.
+    masked_m = (torch.zeros if t == 0 else torch.empty)(size=(experts,), dtype=torch.int32, device=device)
+    mapped = expert_map is not None
+    lib.moe_route_masked_dispatch(logits, sigmoid, bias.float().contiguous() if sigmoid else logits, int(n_group),
+                                  int(topk_group), bool(renormalize), float(scaling_factor), mapped,
+                                  expert_map if mapped else logits, int(m_max), w, ids, src2dst, masked_m)
+    return w, ids, src2dst, masked_m
+
+
 def moe_contiguous_dispatch(ids, experts, expert_map=None):
     """contiguous_dispatch in three kernels, for any T: ids int32 [T, top_k], mapped first through
     expert_map (int32 [E_global]: global id -> local id or -1) when given; 1 <= experts <= 1024.
@@ -288,6 +323,18 @@ if torch is not None:
         lambda ids, experts, m_max, expert_map: (ids.new_empty(ids.shape, dtype=torch.int32),
                                                  ids.new_empty((experts,), dtype=torch.int32)),
         lib=_LIB)
+    _LIB.define("moe_route_masked_dispatch(Tensor logits, int top_k, int experts, int m_max, Tensor? bias, "
+                "int n_group, int topk_group, bool renormalize, float scaling_factor, Tensor? expert_map) "
+                "-> (Tensor, Tensor, Tensor, Tensor)")
+    _LIB.impl("moe_route_masked_dispatch", _route_masked_dispatch, "CompositeExplicitAutograd")
+    torch.library.register_fake(
+        "fp8route::moe_route_masked_dispatch",
+        lambda logits, top_k, experts, m_max, *rest: (
+            logits.new_empty((logits.shape[0], top_k), dtype=torch.float32),
+            logits.new_empty((logits.shape[0], top_k), dtype=torch.int32),
+            logits.new_empty((logits.shape[0], top_k), dtype=torch.int32),
+            logits.new_empty((experts,), dtype=torch.int32)),
+        lib=_LIB)
     _LIB.define("moe_contiguous_dispatch(Tensor ids, int experts, Tensor? expert_map) -> (Tensor, Tensor)")
     _LIB.impl("moe_contiguous_dispatch", _contiguous_dispatch, "CompositeExplicitAutograd")
     torch.library.register_fake(
@@ -393,9 +440,19 @@ if torch is not None:
             block = self.scale == "block"
             masked = self.masked_m_max is not None
             fused = self._glue_fits(t, router_logits, masked)
-            if fused and self.routing == "softmax":
+            sigmoid_fits = self.routing == "sigmoid" and self._grouped_topk_fits(router_logits)
+            one_kernel = fused and masked and t <= _ROUTE_DISPATCH_MAX_TOKENS and (self.routing == "softmax"
+                                                                                   or sigmoid_fits)
+            if one_kernel:  # routing and the masked dispatch together
+                weights, ids, src2dst, counts = moe_route_masked_dispatch(
+                    router_logits.contiguous(), self.top_k, e, self.masked_m_max,
+                    bias=self.e_score_correction_bias if self.routing == "sigmoid" else None, n_group=self.n_group,
+                    topk_group=self.topk_group, renormalize=self.renormalize,
+                    scaling_factor=self.routed_scaling_factor if self.routing == "sigmoid" else 1.0,
+                    expert_map=self.expert_map)
+            elif fused and self.routing == "softmax":
                 weights, ids = moe_softmax_topk(router_logits.contiguous(), self.top_k, self.renormalize)
-            elif fused and self._grouped_topk_fits(router_logits):
+            elif fused and sigmoid_fits:
                 weights, ids = moe_grouped_topk(router_logits.contiguous(), self.top_k, self.e_score_correction_bias,
                                                 self.n_group, self.topk_group, self.renormalize,
                                                 self.routed_scaling_factor)
@@ -405,7 +462,9 @@ if torch is not None:
                 ids = self.expert_map[ids.long()]
             if masked:
                 m_max = self.masked_m_max
-                if fused:
+                if one_kernel:
+                    pass  # dispatched with the routing above
+                elif fused:
                     src2dst, counts = moe_masked_dispatch(ids, e, m_max, self.expert_map)
                 else:
                     src2dst, counts = masked_dispatch(ids, e, m_max)

@@ -464,6 +464,20 @@ void moe_grouped_topk(FfiTensor logits, FfiTensor bias, FfiTensor weights, FfiTe
   });
 }
 
+// sigmoid: bias is DeepSeek-V3's correction (moe_grouped_topk); else softmax (bias unused).
+void moe_route_masked_dispatch(FfiTensor logits, bool sigmoid, FfiTensor bias, int64_t n_group, int64_t topk_group,
+                               bool renormalize, double scaling_factor, bool mapped, FfiTensor expert_map,
+                               int64_t m_max, FfiTensor weights, FfiTensor ids, FfiTensor src2dst, FfiTensor masked_m) {
+  guarded([&] {
+    const DeviceGuard device(logits);
+    fp8route::moe_route_masked_dispatch(
+        view(logits, "logits"), sigmoid ? view(bias, "bias") : fp8route::TensorView{}, n_group, topk_group,
+        renormalize, scaling_factor, mapped ? view(expert_map, "expert_map") : fp8route::TensorView{}, m_max,
+        view(weights, "weights"), view(ids, "ids"), view(src2dst, "src2dst"), view(masked_m, "masked_m"),
+        stream_of(logits));
+  });
+}
+
 void moe_masked_dispatch(FfiTensor ids, bool mapped, FfiTensor expert_map, int64_t m_max, FfiTensor src2dst,
                          FfiTensor masked_m) {
   guarded([&] {
@@ -848,6 +862,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_scaled_mm, grouped_scaled_mm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_softmax_topk, moe_softmax_topk);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_grouped_topk, moe_grouped_topk);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_masked_dispatch, moe_masked_dispatch);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_route_masked_dispatch, moe_route_masked_dispatch);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_contiguous_dispatch, moe_contiguous_dispatch);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_contiguous_dispatch_workspace, moe_contiguous_dispatch_workspace);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_combine, moe_combine);

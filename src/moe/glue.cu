@@ -69,18 +69,10 @@ __device__ __forceinline__ void warp_topk(float* v, int n, int top_k, float floo
 // arg-max over the warp (larger value first, then the lower index), each round's winner marked taken
 // (-1, below every probability). A NaN probability is kept as -0.5 (below every real one, above a
 // taken one), so that ids stay in [0, E) whatever the logits.
+// One token's softmax top-k by one warp; p: E floats of shared memory of the warp's own.
 template <class InT>
-__global__ void __launch_bounds__(kTopkWarps * 32)
-    softmax_topk_kernel(const InT* logits, int tokens, int experts, int top_k, bool renormalize, float* weights,
-                        int32_t* ids) {
-  griddep_launch_dependents();
-  griddep_wait();
-  extern __shared__ float topk_smem[];
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int t = static_cast<int>(blockIdx.x) * kTopkWarps + warp;
-  if (t >= tokens) return;
-  float* p = topk_smem + warp * experts;
-  const InT* row = logits + static_cast<int64_t>(t) * experts;
+__device__ __forceinline__ void softmax_topk_token(const InT* row, int experts, int top_k, bool renormalize, float* p,
+                                                   int lane, float* weights_t, int32_t* ids_t) {
   float m = -INFINITY;
   for (int e = lane; e < experts; e += 32) {
     p[e] = logit(row, e);
@@ -102,9 +94,24 @@ __global__ void __launch_bounds__(kTopkWarps * 32)
   int id_mine;
   warp_topk(p, experts, top_k, -2.0f, -1.0f, lane, [](int, float best) { return best; }, w_mine, id_mine, total);
   if (lane < top_k) {
-    weights[static_cast<int64_t>(t) * top_k + lane] = renormalize ? __fdiv_rn(w_mine, total) : w_mine;
-    ids[static_cast<int64_t>(t) * top_k + lane] = id_mine;
+    weights_t[lane] = renormalize ? __fdiv_rn(w_mine, total) : w_mine;
+    ids_t[lane] = id_mine;
   }
+}
+
+template <class InT>
+__global__ void __launch_bounds__(kTopkWarps * 32)
+    softmax_topk_kernel(const InT* logits, int tokens, int experts, int top_k, bool renormalize, float* weights,
+                        int32_t* ids) {
+  griddep_launch_dependents();
+  griddep_wait();
+  extern __shared__ float topk_smem[];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int t = static_cast<int>(blockIdx.x) * kTopkWarps + warp;
+  if (t >= tokens) return;
+  softmax_topk_token(logits + static_cast<int64_t>(t) * experts, experts, top_k, renormalize,
+                     topk_smem + warp * experts, lane, weights + static_cast<int64_t>(t) * top_k,
+                     ids + static_cast<int64_t>(t) * top_k);
 }
 
 // ---- DeepSeek-V3 grouped top-k: one warp per token ------------------------------------------------
@@ -116,19 +123,12 @@ constexpr int kGroupedTopkMaxGroups = 32;  // a group per lane when the groups a
 // group scored by the sum of its two best c; the topk_group best groups kept; then top_k rounds of a
 // (c, index) arg-max over the kept groups' experts, each winner marked taken (-inf). Weights: s of
 // the chosen, over their sum when renormalize, times scaling.
+// One token's grouped top-k by one warp; s: 2E floats of shared memory of the warp's own.
 template <class InT>
-__global__ void __launch_bounds__(kTopkWarps * 32)
-    grouped_topk_kernel(const InT* logits, const float* bias, int tokens, int experts, int n_group, int topk_group,
-                        int top_k, bool renormalize, float scaling, float* weights, int32_t* ids) {
-  griddep_launch_dependents();
-  griddep_wait();
-  extern __shared__ float topk_smem[];
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int t = static_cast<int>(blockIdx.x) * kTopkWarps + warp;
-  if (t >= tokens) return;
-  float* s = topk_smem + warp * 2 * experts;
+__device__ __forceinline__ void grouped_topk_token(const InT* row, const float* bias, int experts, int n_group,
+                                                   int topk_group, int top_k, bool renormalize, float scaling,
+                                                   float* s, int lane, float* weights_t, int32_t* ids_t) {
   float* c = s + experts;
-  const InT* row = logits + static_cast<int64_t>(t) * experts;
   for (int e = lane; e < experts; e += 32) {
     const float x = logit(row, e);
     s[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
@@ -179,19 +179,30 @@ __global__ void __launch_bounds__(kTopkWarps * 32)
             total);
   if (lane < top_k) {
     const float w = renormalize ? __fdiv_rn(w_mine, total) : w_mine;
-    weights[static_cast<int64_t>(t) * top_k + lane] = __fmul_rn(w, scaling);
-    ids[static_cast<int64_t>(t) * top_k + lane] = id_mine;
+    weights_t[lane] = __fmul_rn(w, scaling);
+    ids_t[lane] = id_mine;
   }
+}
+
+template <class InT>
+__global__ void __launch_bounds__(kTopkWarps * 32)
+    grouped_topk_kernel(const InT* logits, const float* bias, int tokens, int experts, int n_group, int topk_group,
+                        int top_k, bool renormalize, float scaling, float* weights, int32_t* ids) {
+  griddep_launch_dependents();
+  griddep_wait();
+  extern __shared__ float topk_smem[];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int t = static_cast<int>(blockIdx.x) * kTopkWarps + warp;
+  if (t >= tokens) return;
+  grouped_topk_token(logits + static_cast<int64_t>(t) * experts, bias, experts, n_group, topk_group, top_k,
+                     renormalize, scaling, topk_smem + warp * 2 * experts, lane,
+                     weights + static_cast<int64_t>(t) * top_k, ids + static_cast<int64_t>(t) * top_k);
 }
 
 // ---- masked dispatch: one block over every entry ------------------------------------------------
 
 constexpr int kDispatchThreads = 1024;
 
-// Each entry's expert (after the map; -1 if dropped) in shared memory, then per entry: pos = the
-// earlier entries of its expert, and whether it is its expert's last entry, which writes the count.
-// Quadratic in the entries (at most kMoeDispatchMaxEntries), with no atomics: the result is the same
-// on every run.
 // Entry i's expert on this GPU: ids[i] through expert_map when given; -1 outside [0, experts).
 __device__ __forceinline__ int local_expert(const int32_t* ids, int i, const int32_t* expert_map, int map_len,
                                             int experts) {
@@ -200,12 +211,13 @@ __device__ __forceinline__ int local_expert(const int32_t* ids, int i, const int
   return e >= 0 && e < experts ? e : -1;
 }
 
-__global__ void __launch_bounds__(kDispatchThreads)
-    masked_dispatch_kernel(const int32_t* ids, int entries, const int32_t* expert_map, int map_len, int experts,
-                           int m_max, int32_t* src2dst, int32_t* masked_m) {
-  griddep_launch_dependents();
-  griddep_wait();
-  __shared__ int32_t expert_of[kMoeDispatchMaxEntries];
+// The block's masked dispatch of ids[0, entries) into expert_of (shared memory): each entry's expert
+// (after the map; -1 if dropped), then per entry pos = the earlier entries of its expert, and whether
+// it is its expert's last entry, which writes the count. Quadratic in the entries (at most
+// kMoeDispatchMaxEntries), with no atomics: the result is the same on every run.
+__device__ __forceinline__ void masked_dispatch_block(const int32_t* ids, int entries, const int32_t* expert_map,
+                                                      int map_len, int experts, int m_max, int32_t* expert_of,
+                                                      int32_t* src2dst, int32_t* masked_m) {
   for (int i = static_cast<int>(threadIdx.x); i < entries; i += blockDim.x)
     expert_of[i] = local_expert(ids, i, expert_map, map_len, experts);
   for (int e = static_cast<int>(threadIdx.x); e < experts; e += blockDim.x) masked_m[e] = 0;
@@ -223,6 +235,59 @@ __global__ void __launch_bounds__(kDispatchThreads)
     src2dst[i] = pos < m_max ? e * m_max + pos : -1;
     if (last) masked_m[e] = min(pos + 1, m_max);
   }
+}
+
+__global__ void __launch_bounds__(kDispatchThreads)
+    masked_dispatch_kernel(const int32_t* ids, int entries, const int32_t* expert_map, int map_len, int experts,
+                           int m_max, int32_t* src2dst, int32_t* masked_m) {
+  griddep_launch_dependents();
+  griddep_wait();
+  __shared__ int32_t expert_of[kMoeDispatchMaxEntries];
+  masked_dispatch_block(ids, entries, expert_map, map_len, experts, m_max, expert_of, src2dst, masked_m);
+}
+
+// ---- routing and masked dispatch in one block (decode) ------------------------------------------
+// The first route_warps warps route the tokens (warp w: tokens w, w + route_warps, ...) with the
+// routing kernels' per-token functions, writing weights and ids; then the block dispatches the ids
+// it just wrote (__syncthreads orders a block's global writes before its later reads).
+
+struct RouteParams {
+  const void* logits;
+  const float* bias;  // sigmoid routing; null: softmax
+  int tokens, experts_global, n_group, topk_group, top_k;
+  bool renormalize;
+  float scaling;
+  int route_warps;
+  float* weights;
+  int32_t* ids;
+};
+
+template <class InT, bool kSigmoid>
+__global__ void __launch_bounds__(kDispatchThreads)
+    route_masked_dispatch_kernel(const RouteParams r, const int32_t* expert_map, int map_len, int experts, int m_max,
+                                 int32_t* src2dst, int32_t* masked_m) {
+  griddep_launch_dependents();
+  griddep_wait();
+  __shared__ int32_t expert_of[kMoeDispatchMaxEntries];
+  extern __shared__ float route_smem[];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (warp < r.route_warps) {
+    const int per_token = kSigmoid ? 2 * r.experts_global : r.experts_global;
+    float* scratch = route_smem + warp * per_token;
+    for (int t = warp; t < r.tokens; t += r.route_warps) {
+      const InT* row = static_cast<const InT*>(r.logits) + static_cast<int64_t>(t) * r.experts_global;
+      float* w = r.weights + static_cast<int64_t>(t) * r.top_k;
+      int32_t* id = r.ids + static_cast<int64_t>(t) * r.top_k;
+      if constexpr (kSigmoid)
+        grouped_topk_token(row, r.bias, r.experts_global, r.n_group, r.topk_group, r.top_k, r.renormalize,
+                           r.scaling, scratch, lane, w, id);
+      else
+        softmax_topk_token(row, r.experts_global, r.top_k, r.renormalize, scratch, lane, w, id);
+      __syncwarp();  // the next token reuses the scratch
+    }
+  }
+  __syncthreads();
+  masked_dispatch_block(r.ids, r.tokens * r.top_k, expert_map, map_len, experts, m_max, expert_of, src2dst, masked_m);
 }
 
 // ---- contiguous dispatch: count, scan, scatter ---------------------------------------------------
@@ -489,6 +554,57 @@ TopkShape check_topk(const TensorView& logits, int64_t min_experts, const Tensor
   return {tokens, experts, top_k};
 }
 
+// moe_grouped_topk's arguments (check_topk, then the groups, the bias and the scaling factor).
+TopkShape check_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t n_group, int64_t topk_group,
+                             double scaling_factor, const TensorView& weights, const TensorView& ids) {
+  const TopkShape s = check_topk(logits, 2, weights, ids, kMoeMaxTopK, "");
+  const int64_t experts = s.experts;
+  FP8ROUTE_CHECK(n_group >= 1 && n_group <= kernels::kGroupedTopkMaxGroups && experts % n_group == 0 &&
+                     experts / n_group >= 2,
+                 "n_group: " << n_group << " must divide E = " << experts
+                             << " into groups of at least 2 experts, and be at most " << kernels::kGroupedTopkMaxGroups);
+  FP8ROUTE_CHECK(topk_group >= 1 && topk_group <= n_group,
+                 "topk_group: " << topk_group << " must be in [1, n_group = " << n_group << "]");
+  const int64_t choosable = topk_group * (experts / n_group);
+  FP8ROUTE_CHECK(s.top_k <= choosable, "top_k: " << s.top_k << " (weights' last dim) must be at most topk_group x E / "
+                                                    "n_group = " << choosable << " (the experts of the kept groups)");
+  FP8ROUTE_CHECK(std::isfinite(scaling_factor), "scaling_factor: must be finite, got " << scaling_factor);
+  check_device_tensor(bias, "bias");
+  check_dtype(bias, "bias", {DType::f32});
+  const int64_t bias_shape[1] = {s.experts};
+  check_contiguous_shape(bias, "bias", bias_shape, 1);
+  check_same_device(bias, "bias", logits, "logits");
+  check_no_overlap(weights, "weights", bias, "bias");
+  check_no_overlap(ids, "ids", bias, "bias");
+  return s;
+}
+
+// The masked dispatch's bound, m_max, outputs and map beside ids [T, top_k] (ids' own checks done).
+// Returns E (masked_m's length); *mapped: whether expert_map is given.
+int64_t check_masked_dispatch(const TensorView& ids, int64_t tokens, int64_t top_k, const TensorView& expert_map,
+                              int64_t m_max, const TensorView& src2dst, const TensorView& masked_m, bool* mapped) {
+  FP8ROUTE_CHECK(tokens * top_k <= kMoeDispatchMaxEntries,
+                 "ids: T * top_k = " << tokens * top_k << " entries, at most " << kMoeDispatchMaxEntries
+                                     << " (kMoeDispatchMaxEntries: the masked dispatch kernel is one thread block for "
+                                        "decode batches)");
+  FP8ROUTE_CHECK(m_max >= 1, "m_max: must be >= 1, got " << m_max);
+  check_device_tensor(masked_m, "masked_m");
+  check_dtype(masked_m, "masked_m", {DType::i32});
+  check_ndim(masked_m, "masked_m", 1, "[E]");
+  FP8ROUTE_CHECK(masked_m.is_contiguous(), "masked_m: must be contiguous, got " << to_string(masked_m));
+  const int64_t experts = masked_m.size(0);
+  FP8ROUTE_CHECK(experts * m_max <= 0x7FFFFFFF,
+                 "m_max: E * m_max = " << experts << " * " << m_max << " rows must be < 2^31 (src2dst is int32)");
+  check_entries(src2dst, "src2dst", DType::i32, tokens, top_k);
+  *mapped = check_expert_map(expert_map, ids, {{&src2dst, "src2dst"}, {&masked_m, "masked_m"}});
+  check_same_device(src2dst, "src2dst", ids, "ids");
+  check_same_device(masked_m, "masked_m", ids, "ids");
+  check_no_overlap(src2dst, "src2dst", ids, "ids");
+  check_no_overlap(masked_m, "masked_m", ids, "ids");
+  check_no_overlap(src2dst, "src2dst", masked_m, "masked_m");
+  return experts;
+}
+
 // One warp per token, `floats_per_token` floats of shared memory each.
 LaunchShape topk_shape(const TopkShape& s, int64_t floats_per_token) {
   const dim3 grid(static_cast<unsigned>((s.tokens + kernels::kTopkWarps - 1) / kernels::kTopkWarps));
@@ -516,25 +632,7 @@ void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorVi
 void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t n_group, int64_t topk_group,
                       bool renormalize, double scaling_factor, const TensorView& weights, const TensorView& ids,
                       cudaStream_t stream) {
-  const TopkShape s = check_topk(logits, 2, weights, ids, kMoeMaxTopK, "");
-  const int64_t experts = s.experts;
-  FP8ROUTE_CHECK(n_group >= 1 && n_group <= kernels::kGroupedTopkMaxGroups && experts % n_group == 0 &&
-                     experts / n_group >= 2,
-                 "n_group: " << n_group << " must divide E = " << experts
-                             << " into groups of at least 2 experts, and be at most " << kernels::kGroupedTopkMaxGroups);
-  FP8ROUTE_CHECK(topk_group >= 1 && topk_group <= n_group,
-                 "topk_group: " << topk_group << " must be in [1, n_group = " << n_group << "]");
-  const int64_t choosable = topk_group * (experts / n_group);
-  FP8ROUTE_CHECK(s.top_k <= choosable, "top_k: " << s.top_k << " (weights' last dim) must be at most topk_group x E / "
-                                                    "n_group = " << choosable << " (the experts of the kept groups)");
-  FP8ROUTE_CHECK(std::isfinite(scaling_factor), "scaling_factor: must be finite, got " << scaling_factor);
-  check_device_tensor(bias, "bias");
-  check_dtype(bias, "bias", {DType::f32});
-  const int64_t bias_shape[1] = {s.experts};
-  check_contiguous_shape(bias, "bias", bias_shape, 1);
-  check_same_device(bias, "bias", logits, "logits");
-  check_no_overlap(weights, "weights", bias, "bias");
-  check_no_overlap(ids, "ids", bias, "bias");
+  const TopkShape s = check_grouped_topk(logits, bias, n_group, topk_group, scaling_factor, weights, ids);
   if (s.tokens == 0) return;
   check_glue_device();
   quant_launch::dispatch_float(logits.dtype, [&]<class InT>() {
@@ -551,25 +649,8 @@ void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t 
 void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, int64_t m_max,
                          const TensorView& src2dst, const TensorView& masked_m, cudaStream_t stream) {
   const auto [tokens, top_k] = check_ids(ids);
-  FP8ROUTE_CHECK(tokens * top_k <= kMoeDispatchMaxEntries,
-                 "ids: T * top_k = " << tokens * top_k << " entries, at most " << kMoeDispatchMaxEntries
-                                     << " (kMoeDispatchMaxEntries: the masked dispatch kernel is one thread block for "
-                                        "decode batches)");
-  FP8ROUTE_CHECK(m_max >= 1, "m_max: must be >= 1, got " << m_max);
-  check_device_tensor(masked_m, "masked_m");
-  check_dtype(masked_m, "masked_m", {DType::i32});
-  check_ndim(masked_m, "masked_m", 1, "[E]");
-  FP8ROUTE_CHECK(masked_m.is_contiguous(), "masked_m: must be contiguous, got " << to_string(masked_m));
-  const int64_t experts = masked_m.size(0);
-  FP8ROUTE_CHECK(experts * m_max <= 0x7FFFFFFF,
-                 "m_max: E * m_max = " << experts << " * " << m_max << " rows must be < 2^31 (src2dst is int32)");
-  check_entries(src2dst, "src2dst", DType::i32, tokens, top_k);
-  const bool mapped = check_expert_map(expert_map, ids, {{&src2dst, "src2dst"}, {&masked_m, "masked_m"}});
-  check_same_device(src2dst, "src2dst", ids, "ids");
-  check_same_device(masked_m, "masked_m", ids, "ids");
-  check_no_overlap(src2dst, "src2dst", ids, "ids");
-  check_no_overlap(masked_m, "masked_m", ids, "ids");
-  check_no_overlap(src2dst, "src2dst", masked_m, "masked_m");
+  bool mapped = false;
+  const int64_t experts = check_masked_dispatch(ids, tokens, top_k, expert_map, m_max, src2dst, masked_m, &mapped);
   if (tokens == 0) return;  // masked_m is not written: the caller's zeros stand (moe.h)
   check_glue_device();
   const int64_t work = std::max(tokens * top_k, experts);  // entries, and the counts to zero
@@ -579,6 +660,57 @@ void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, in
                 mapped ? static_cast<const int32_t*>(expert_map.data) : nullptr,
                 mapped ? static_cast<int>(expert_map.size(0)) : 0, static_cast<int>(experts), static_cast<int>(m_max),
                 static_cast<int32_t*>(src2dst.data), static_cast<int32_t*>(masked_m.data));
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+void moe_route_masked_dispatch(const TensorView& logits, const TensorView& bias, int64_t n_group, int64_t topk_group,
+                               bool renormalize, double scaling_factor, const TensorView& expert_map, int64_t m_max,
+                               const TensorView& weights, const TensorView& ids, const TensorView& src2dst,
+                               const TensorView& masked_m, cudaStream_t stream) {
+  const bool sigmoid = given(bias);
+  TopkShape s;
+  if (sigmoid) {
+    s = check_grouped_topk(logits, bias, n_group, topk_group, scaling_factor, weights, ids);
+  } else {
+    const int64_t experts = logits.ndim == 2 ? logits.size(1) : 0;
+    s = check_topk(logits, 1, weights, ids, experts, "E");
+    FP8ROUTE_CHECK(n_group == 1 && topk_group == 1 && scaling_factor == 1.0,
+                   "n_group, topk_group, scaling_factor: softmax routing (no bias) takes 1, 1, 1.0, got "
+                       << n_group << ", " << topk_group << ", " << scaling_factor);
+  }
+  bool mapped = false;
+  const int64_t experts = check_masked_dispatch(ids, s.tokens, s.top_k, expert_map, m_max, src2dst, masked_m, &mapped);
+  for (const auto& [t, name] : {std::pair{&src2dst, "src2dst"}, {&masked_m, "masked_m"}}) {
+    check_no_overlap(*t, name, logits, "logits");
+    check_no_overlap(*t, name, weights, "weights");
+    if (sigmoid) check_no_overlap(*t, name, bias, "bias");
+  }
+  if (s.tokens == 0) return;  // masked_m is not written: the caller's zeros stand
+  check_glue_device();
+  // Routing warps: one per token up to 32, within 32 KB of scratch beside the 16 KB of the dispatch.
+  const int64_t per_token = (sigmoid ? 2 : 1) * s.experts * 4;
+  const int warps = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({s.tokens, 32, 32768 / per_token})));
+  kernels::RouteParams r{logits.data,
+                         sigmoid ? static_cast<const float*>(bias.data) : nullptr,
+                         static_cast<int>(s.tokens),
+                         static_cast<int>(s.experts),
+                         static_cast<int>(n_group),
+                         static_cast<int>(topk_group),
+                         static_cast<int>(s.top_k),
+                         renormalize,
+                         static_cast<float>(scaling_factor),
+                         warps,
+                         static_cast<float*>(weights.data),
+                         static_cast<int32_t*>(ids.data)};
+  const LaunchShape shape = pdl_shape(dim3(1), kernels::kDispatchThreads, static_cast<size_t>(warps * per_token));
+  const int32_t* map = mapped ? static_cast<const int32_t*>(expert_map.data) : nullptr;
+  const int map_len = mapped ? static_cast<int>(expert_map.size(0)) : 0;
+  quant_launch::dispatch_float(logits.dtype, [&]<class InT>() {
+    const auto kernel = sigmoid ? kernels::route_masked_dispatch_kernel<InT, true>
+                                : kernels::route_masked_dispatch_kernel<InT, false>;
+    launch_kernel(kernel, shape, stream, r, map, map_len, static_cast<int>(experts), static_cast<int>(m_max),
+                  static_cast<int32_t*>(src2dst.data), static_cast<int32_t*>(masked_m.data));
+  });
   FP8ROUTE_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,6 @@
 """The MoE decode glue kernels (docs/moe.md, "The glue kernels") against their torch references
 in fp8route.moe_routing and fp8route.ops, on fresh random inputs (FP8ROUTE_TEST_SEED=N repeats a
-run): moe_softmax_topk, moe_masked_dispatch, moe_contiguous_dispatch, moe_combine,
+run): moe_softmax_topk, moe_masked_dispatch, moe_route_masked_dispatch, moe_contiguous_dispatch, moe_combine,
 scatter_per_token_quant, masked_silu_and_mul_per_token_quant, and Fp8MoE (masked and contiguous) with the fused glue against the same
 layer on the torch glue. Exact where the numerics
 say so (dispatch, combine in the same order, quant codes and scales). The argument errors that need
@@ -232,6 +232,56 @@ def test_masked_dispatch_errors_name_the_argument():
         fp8route.moe_masked_dispatch(ids.long(), 16, 4)
     with pytest.raises(ValueError, match="expert_map: dtype"):
         fp8route.moe_masked_dispatch(ids, 16, 4, expert_map=torch.zeros(32, device="cuda"))
+
+
+# ---- moe_route_masked_dispatch -------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("routing", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("t,e,k,m_max", [(1, 128, 8, 1), (7, 256, 8, 7), (32, 128, 8, 32), (33, 64, 4, 8),
+                                         (200, 32, 8, 16)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_route_masked_dispatch_is_the_two_calls(routing, t, e, k, m_max, dtype):
+    # Up to 32 tokens one warp each; 33 and 200: warps take turns.
+    logits = torch.randn(t, e, device="cuda").to(dtype)
+    if routing == "softmax":
+        got = fp8route.moe_route_masked_dispatch(logits, k, e, m_max)
+        w, ids = fp8route.moe_softmax_topk(logits, k)
+    else:
+        bias = torch.randn(e, device="cuda") * 0.1
+        got = fp8route.moe_route_masked_dispatch(logits, k, e, m_max, bias=bias, n_group=8, topk_group=4,
+                                                 scaling_factor=2.5)
+        w, ids = fp8route.moe_grouped_topk(logits, k, bias, 8, 4, scaling_factor=2.5)
+    src2dst, masked_m = fp8route.moe_masked_dispatch(ids, e, m_max)
+    for name, a, b in zip(("weights", "ids", "src2dst", "masked_m"), got, (w, ids, src2dst, masked_m)):
+        assert torch.equal(a, b), _msg(name)
+
+
+@gpu
+def test_route_masked_dispatch_with_expert_map_and_empty():
+    e_global, e_local, t, k = 256, 32, 5, 8
+    held = torch.randperm(e_global, device="cuda")[:e_local]
+    expert_map = torch.full((e_global,), -1, dtype=torch.int32, device="cuda")
+    expert_map[held] = torch.arange(e_local, dtype=torch.int32, device="cuda")
+    logits = torch.randn(t, e_global, device="cuda")
+    w, ids, src2dst, masked_m = fp8route.moe_route_masked_dispatch(logits, k, e_local, t, expert_map=expert_map)
+    want_w, want_ids = fp8route.moe_softmax_topk(logits, k)
+    want = fp8route.moe_masked_dispatch(want_ids, e_local, t, expert_map=expert_map)
+    assert torch.equal(w, want_w) and torch.equal(ids, want_ids), _msg("routing")
+    assert torch.equal(src2dst, want[0]) and torch.equal(masked_m, want[1]), _msg("dispatch")
+    out = fp8route.moe_route_masked_dispatch(torch.empty(0, 64, device="cuda"), 4, 16, 2)
+    assert [tuple(o.shape) for o in out] == [(0, 4), (0, 4), (0, 4), (16,)] and out[3].tolist() == [0] * 16
+
+
+@gpu
+def test_route_masked_dispatch_errors_name_the_argument():
+    logits = torch.randn(4, 64, device="cuda")
+    with pytest.raises(ValueError, match="n_group, topk_group, scaling_factor: softmax routing"):
+        fp8route.moe_route_masked_dispatch(logits, 4, 64, 4, n_group=8)
+    with pytest.raises(ValueError, match="m_max: must be >= 1"):
+        fp8route.moe_route_masked_dispatch(logits, 4, 64, 0)
+    with pytest.raises(ValueError, match="n_group"):
+        fp8route.moe_route_masked_dispatch(logits, 4, 64, 4, bias=torch.zeros(64, device="cuda"), n_group=5)
 
 
 # ---- moe_contiguous_dispatch ---------------------------------------------------------------------
@@ -474,7 +524,7 @@ def test_scatter_per_token_quant_empty():
 @gpu
 @pytest.mark.parametrize("scale", ["block", "row"])
 @pytest.mark.parametrize("routing", ["softmax", "sigmoid"])
-@pytest.mark.parametrize("t,m_max", [(1, 1), (5, 5), (12, 3), (1, None), (37, None), (300, None)])
+@pytest.mark.parametrize("t,m_max", [(1, 1), (5, 5), (12, 3), (40, 40), (1, None), (37, None), (300, None)])
 def test_fp8moe_output_unchanged_by_the_fused_glue(scale, routing, t, m_max):  # m_max None: contiguous
     e, h, i, top_k = 16, 512, 256, 4
     layer = _layer(scale, m_max, e=e, h=h, i=i, top_k=top_k, routing=routing)

@@ -82,6 +82,8 @@ def _calls(m):
             torch.empty(m, 256, dtype=torch.bfloat16, **meta), 8, torch.empty(256, **meta), 8, 4)),
         "moe_masked_dispatch": ("moe_masked_dispatch", lambda: fp8route.moe_masked_dispatch(
             torch.empty(m, 8, dtype=torch.int32, **meta), 64, 4)),
+        "moe_route_masked_dispatch": ("moe_route_masked_dispatch", lambda: fp8route.moe_route_masked_dispatch(
+            torch.empty(m, 128, dtype=torch.bfloat16, **meta), 8, 128, 4)),
         "moe_contiguous_dispatch": ("moe_contiguous_dispatch", lambda: fp8route.moe_contiguous_dispatch(
             torch.empty(m, 8, dtype=torch.int32, **meta), 64)),
         "moe_combine": ("moe_combine", lambda: fp8route.moe_combine(
