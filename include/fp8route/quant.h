@@ -59,10 +59,13 @@ void masked_silu_and_mul_per_token_group_quant(const TensorView& x, const Tensor
 // Rows that no token maps to are not written; layout padding of the scales is zeroed (with T = 0
 // too). A row that several entries name gets the codes and scales of one token, never a mix: the
 // entry with the largest t * topk + j wins. This costs a reset and a pass over src2dst per call
-// (scratch of `rows` int32, per stream, or per graph under capture).
+// (scratch of `rows` int32, per stream, or per graph under capture). unique_rows: the caller promises
+// that no row is named by two entries (a dispatch's src2dst: moe_masked_dispatch,
+// moe_contiguous_dispatch); the reset and the pass are skipped, and a row named twice gets unspecified
+// codes and scales (never a write out of bounds).
 void scatter_per_token_group_quant(const TensorView& x, const TensorView& src2dst,
                                    const GroupQuantSpec& spec, const TensorView& q,
-                                   const TensorView& s, cudaStream_t stream);
+                                   const TensorView& s, cudaStream_t stream, bool unique_rows = false);
 
 // The per-token and per-tensor ops below take x [T, H] (f32/f16/bf16, last stride 1) with any
 // H >= 1, any row stride >= H and a pointer aligned to its element, and q at any address; they are
@@ -81,8 +84,10 @@ void per_token_quant(const TensorView& x, const TensorView& q, const TensorView&
 // scale of one token, never a mix: the entry with the largest t * topk + j wins; up to T * topk = 4096
 // entries each block finds that by itself (one launch), above it a reset and a pass over src2dst
 // build a table first (scratch of `rows` int32, per stream, or per graph under capture).
+// unique_rows: as scatter_per_token_group_quant's (no scan, no table).
 void scatter_per_token_quant(const TensorView& x, const TensorView& src2dst, const TensorView& q,
-                             const TensorView& s, ScaleRounding rounding, cudaStream_t stream);
+                             const TensorView& s, ScaleRounding rounding, cudaStream_t stream,
+                             bool unique_rows = false);
 
 // x [T, 2H]: act = silu(x[:, :H]) * x[:, H:] in fp32 (as the fused group form), then per-token quant
 // of act into q [T, H], s f32 [T]; any H >= 1. Tolerance, not bit-exactness, against the CPU

@@ -483,12 +483,15 @@ if torch is not None:
                     return q, s
                 return q.view(e, m_max, width), (s.view(e, m_max, *s.shape[1:]) if s.dim() > 1 else s.view(e, m_max))
 
+            # A dispatch names each row at most once (unique_rows: no search for a row's writer), and
+            # rows no entry maps to lie past masked_m (past offsets[E]) and reach no output: they stay
+            # unwritten, so the group form's outputs need no zeroing (eager calls pass them unzeroed).
             if block:
-                q, s = ops.scatter_per_token_group_quant(x, src2dst, rows, layout=layout)
+                out = None if torch.compiler.is_compiling() else ops._group_outputs(
+                    x, rows, h, 0, 128, "e4m3", "none", "f32", layout, None)
+                q, s = ops.scatter_per_token_group_quant(x, src2dst, rows, layout=layout, out=out, unique_rows=True)
             elif fused:
-                # Rows no entry maps to stay unwritten: they lie past masked_m (past offsets[E]) and
-                # reach no output.
-                q, s = ops.scatter_per_token_quant(x, src2dst, rows)
+                q, s = ops.scatter_per_token_quant(x, src2dst, rows, unique_rows=True)
             else:
                 # Per-token quant once, then each entry's codes and scale copied to its row; dropped
                 # entries (-1) go to one extra row that is cut off, so no row is written twice.

@@ -237,17 +237,20 @@ def masked_silu_and_mul_per_token_group_quant(x, masked_m, **kwargs):
     return masked_per_token_group_quant(x, masked_m, fused=True, **kwargs)
 
 
-def _scatter_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, out):
+def _scatter_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, out, unique_rows=False):
     q, s = _group_outputs(x, rows, x.shape[1], 0, group_size, dtype, rounding, storage, layout, out, zero=True)
-    lib.scatter_per_token_group_quant(x, src2dst, _bits(q), s, group_size, dtype, rounding, storage, layout)
+    lib.scatter_per_token_group_quant(x, src2dst, _bits(q), s, group_size, dtype, rounding, storage, layout,
+                                      bool(unique_rows))
     return q, s
 
 
 def scatter_per_token_group_quant(x, src2dst, rows, group_size=128, dtype="e4m3", rounding="none", storage="f32",
-                                  layout="row_major", out=None):
+                                  layout="row_major", out=None, unique_rows=False):
     """x [T, H], src2dst int32 [T, topk] (-1 = skip): each token quantized once and written to its
     destination rows of q [rows, H] and s (layout of rows x H). Allocated outputs start zeroed
-    (rows no token maps to are not written)."""
+    (rows no token maps to are not written). unique_rows=True: the caller promises no row is named
+    twice (a dispatch's src2dst), which skips finding each row's writer (a reset and a pass over
+    src2dst); a row named twice then gets unspecified codes and scales."""
     if dtype != "e4m3":
         dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
@@ -257,11 +260,11 @@ def scatter_per_token_group_quant(x, src2dst, rows, group_size=128, dtype="e4m3"
             raise ValueError("out: not taken by scatter_per_token_group_quant under torch.compile (the op "
                              "returns new, zeroed tensors)")
         return torch.ops.fp8route.scatter_per_token_group_quant(x, src2dst, rows, group_size, dtype, rounding,
-                                                                storage, layout)
-    return _scatter_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, out)
+                                                                storage, layout, bool(unique_rows))
+    return _scatter_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, out, unique_rows)
 
 
-def _scatter_token_quant(x, src2dst, rows, dtype, rounding, out):
+def _scatter_token_quant(x, src2dst, rows, dtype, rounding, out, unique_rows=False):
     if out is None:
         if not isinstance(x, _Tensor):
             raise ValueError(_NOT_TORCH)
@@ -270,23 +273,25 @@ def _scatter_token_quant(x, src2dst, rows, dtype, rounding, out):
         s = torch.empty(size=(rows,), dtype=_F32, device=device)
     else:
         q, s = out
-    lib.scatter_per_token_quant(x, src2dst, _bits(q), s, rounding)
+    lib.scatter_per_token_quant(x, src2dst, _bits(q), s, rounding, bool(unique_rows))
     return q, s
 
 
-def scatter_per_token_quant(x, src2dst, rows, dtype="e4m3", rounding="none", out=None):
+def scatter_per_token_quant(x, src2dst, rows, dtype="e4m3", rounding="none", out=None, unique_rows=False):
     """x [T, H], src2dst int32 [T, topk] (-1 = skip): each token quantized once, with the codes and
     scale per_token_quant gives it, and written to its destination rows of q [rows, H] and s f32
     [rows]. Rows no entry maps to are not written: allocated outputs are torch.empty there (unlike
     scatter_per_token_group_quant's zeros; in Fp8MoE's masked form those rows lie past masked_m and
-    reach no output)."""
+    reach no output). unique_rows=True: as scatter_per_token_group_quant's (no search for each row's
+    writer)."""
     if dtype != "e4m3":
         dtype = _code(dtype)
     if type(x) is not _Tensor or x.dim() != 2:
         _check_ndim(x, 2, "x", "[T, H]")
     if _compiling():
-        return _into(out, torch.ops.fp8route.scatter_per_token_quant(x, src2dst, rows, dtype, rounding))
-    return _scatter_token_quant(x, src2dst, rows, dtype, rounding, out)
+        return _into(out, torch.ops.fp8route.scatter_per_token_quant(x, src2dst, rows, dtype, rounding,
+                                                                     bool(unique_rows)))
+    return _scatter_token_quant(x, src2dst, rows, dtype, rounding, out, unique_rows)
 
 
 def _token_quant(x, dtype, rounding, out, fused):

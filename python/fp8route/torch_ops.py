@@ -203,27 +203,28 @@ def masked_per_token_group_quant(x, masked_m, group_size, dtype, rounding, stora
     return ops._masked_group_quant(x, masked_m, group_size, dtype, rounding, storage, layout, None, fused)
 
 
-def _scatter_fake(x, src2dst, rows, group_size, dtype, rounding, storage, layout):
+def _scatter_fake(x, src2dst, rows, group_size, dtype, rounding, storage, layout, unique_rows=False):
     s_shape, s_dtype = _group_fake_shapes(rows, x.shape[1], group_size, storage, layout)
     return x.new_empty((rows, x.shape[1]), dtype=_CODE[dtype]), x.new_empty(s_shape, dtype=s_dtype)
 
 
 @_define("scatter_per_token_group_quant(Tensor x, Tensor src2dst, SymInt rows, int group_size, str dtype, "
-         "str rounding, str storage, str layout) -> (Tensor, Tensor)", _scatter_fake)
-def scatter_per_token_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout):
+         "str rounding, str storage, str layout, bool unique_rows=False) -> (Tensor, Tensor)", _scatter_fake)
+def scatter_per_token_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, unique_rows=False):
     """scatter_per_token_group_quant: outputs [rows, ...] start zeroed."""
-    return ops._scatter_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, None)
+    return ops._scatter_group_quant(x, src2dst, rows, group_size, dtype, rounding, storage, layout, None,
+                                    unique_rows)
 
 
-def _scatter_token_fake(x, src2dst, rows, dtype, rounding):
+def _scatter_token_fake(x, src2dst, rows, dtype, rounding, unique_rows=False):
     return x.new_empty((rows, x.shape[1]), dtype=_CODE[dtype]), x.new_empty((rows,), dtype=torch.float32)
 
 
-@_define("scatter_per_token_quant(Tensor x, Tensor src2dst, SymInt rows, str dtype, str rounding) -> (Tensor, Tensor)",
-         _scatter_token_fake)
-def scatter_per_token_quant(x, src2dst, rows, dtype, rounding):
+@_define("scatter_per_token_quant(Tensor x, Tensor src2dst, SymInt rows, str dtype, str rounding, "
+         "bool unique_rows=False) -> (Tensor, Tensor)", _scatter_token_fake)
+def scatter_per_token_quant(x, src2dst, rows, dtype, rounding, unique_rows=False):
     """scatter_per_token_quant: rows no entry maps to are not written (their contents are unspecified)."""
-    return ops._scatter_token_quant(x, src2dst, rows, dtype, rounding, None)
+    return ops._scatter_token_quant(x, src2dst, rows, dtype, rounding, None, unique_rows)
 
 
 def _per_token_quant_fake(x, dtype, rounding, fused=False):

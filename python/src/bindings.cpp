@@ -225,20 +225,21 @@ void masked_per_token_group_quant(FfiTensor x, FfiTensor masked_m, FfiTensor q, 
 }
 
 void scatter_per_token_group_quant(FfiTensor x, FfiTensor src2dst, FfiTensor q, FfiTensor s, int64_t group_size,
-                                   String code, String rounding, String storage, String layout) {
+                                   String code, String rounding, String storage, String layout, bool unique_rows) {
   guarded([&] {
     const auto spec = spec_of(group_size, code, rounding, storage, layout);
     const DeviceGuard device(x);
     fp8route::scatter_per_token_group_quant(view(x, "x"), view(src2dst, "src2dst"), spec, view(q, "q"), view(s, "s"),
-                                            stream_of(x));
+                                            stream_of(x), unique_rows);
   });
 }
 
-void scatter_per_token_quant(FfiTensor x, FfiTensor src2dst, FfiTensor q, FfiTensor s, String rounding) {
+void scatter_per_token_quant(FfiTensor x, FfiTensor src2dst, FfiTensor q, FfiTensor s, String rounding,
+                             bool unique_rows) {
   guarded([&] {
     const DeviceGuard device(x);
     fp8route::scatter_per_token_quant(view(x, "x"), view(src2dst, "src2dst"), view(q, "q"), view(s, "s"),
-                                      fp8route::parse_rounding(std::string(rounding)), stream_of(x));
+                                      fp8route::parse_rounding(std::string(rounding)), stream_of(x), unique_rows);
   });
 }
 

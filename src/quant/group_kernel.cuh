@@ -26,7 +26,8 @@ struct GroupQuantParams {
   int vecs;                        // H / kQuantVec, given (derived per item it cost a division)
   const int32_t* masked_m;         // [experts] or null
   const int32_t* src2dst;          // [tokens, topk] or null (scatter)
-  const int32_t* owner;            // scatter: [dst_rows], the entry t * topk + j that writes each row
+  const int32_t* owner;            // scatter: [dst_rows], the entry t * topk + j that writes each row;
+                                   // null: the caller promised no row is named twice (unique_rows)
   int topk;
   int64_t dst_rows;                // scatter: rows of q and s
   uint8_t* q;                      // codes [.., H], row-major
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_quant_kernel(const GroupQ
       const int64_t entry = t * p.topk + j;
       const int64_t dst = src2dst[entry];
       // A row that several entries name is written by its owner alone (scatter_owner_kernel).
-      if (dst < 0 || dst >= p.dst_rows || __ldg(p.owner + dst) != entry) continue;
+      if (dst < 0 || dst >= p.dst_rows || (p.owner && __ldg(p.owner + dst) != entry)) continue;
       *reinterpret_cast<uint2*>(p.q + dst * p.hidden + static_cast<uint32_t>(v) * kQuantVec) = codes;
       if (lane == 0)
         store_scale(static_cast<uint32_t*>(p.s) + dst * p.s_stride_t, static_cast<uint32_t>(p.s_stride_c), p.groups,

@@ -231,7 +231,7 @@ namespace {
 // The one entry of the group family: checks everything, then launches.
 void group_quant(const TensorView& x, const TensorView* masked_m, const TensorView* src2dst,
                  const GroupQuantSpec& spec, const TensorView& q, const TensorView& s, bool fused,
-                 Form form, cudaStream_t stream) {
+                 Form form, cudaStream_t stream, bool unique_rows = false) {
   validate(spec);
   check_device_tensor(x, "x");
   check_dtype(x, "x", {DType::bf16, DType::f16, DType::f32});
@@ -340,7 +340,8 @@ void group_quant(const TensorView& x, const TensorView* masked_m, const TensorVi
   }
   if (rows == 0) return;
   check_sm90();
-  if (form == Form::scatter) p.owner = quant_launch::scatter_owners(*src2dst, layout_tokens, stream, "scatter_per_token_group_quant");
+  if (form == Form::scatter && !unique_rows)
+    p.owner = quant_launch::scatter_owners(*src2dst, layout_tokens, stream, "scatter_per_token_group_quant");
   dispatch_float(x.dtype, [&]<class InT>() {
     if (fused) launch_group_size<InT, true>(spec.group_size, p, rows, stream);
     else launch_group_size<InT, false>(spec.group_size, p, rows, stream);
@@ -421,8 +422,8 @@ void masked_silu_and_mul_per_token_group_quant(const TensorView& x, const Tensor
 
 void scatter_per_token_group_quant(const TensorView& x, const TensorView& src2dst,
                                    const GroupQuantSpec& spec, const TensorView& q,
-                                   const TensorView& s, cudaStream_t stream) {
-  group_quant(x, nullptr, &src2dst, spec, q, s, false, Form::scatter, stream);
+                                   const TensorView& s, cudaStream_t stream, bool unique_rows) {
+  group_quant(x, nullptr, &src2dst, spec, q, s, false, Form::scatter, stream, unique_rows);
 }
 
 }  // namespace fp8route

@@ -98,6 +98,7 @@ struct RowQuantParams {
   const int32_t* src2dst;
   const int32_t* owner;
   int32_t topk, dst_rows;
+  bool unique_rows;  // scatter: the caller promised no row is named twice (no owner to find)
   // Masked (per-token kernel, kMasked): rows are [E, m_max] slabs; row t of slab e = t / m_max is
   // neither read nor written when t % m_max >= masked_m[e] (clamped to [0, m_max]).
   const int32_t* masked_m;

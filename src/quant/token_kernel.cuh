@@ -42,7 +42,9 @@ __device__ __forceinline__ void for_each_destination(const RowQuantParams& p, in
     const int32_t d = p.src2dst[i];
     if (d < 0 || d >= p.dst_rows) continue;
     bool later;
-    if (p.owner) {
+    if (p.unique_rows) {
+      later = false;
+    } else if (p.owner) {
       later = p.owner[d] != static_cast<int32_t>(i);
     } else {
       bool named = false;

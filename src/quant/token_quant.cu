@@ -129,7 +129,7 @@ void masked_token_quant(const TensorView& x, const TensorView& masked_m, const T
 // scatter_per_token_quant: the per-token kernel with each token's codes and scale written to its
 // destination rows (token_kernel.cuh, for_each_destination).
 void scatter_token_quant(const TensorView& x, const TensorView& src2dst, const TensorView& q, const TensorView& s,
-                         ScaleRounding rounding, cudaStream_t stream) {
+                         ScaleRounding rounding, cudaStream_t stream, bool unique_rows) {
   check_row_input(x);
   const int64_t tokens = x.size(0), hidden = x.size(1);
   check_device_tensor(src2dst, "src2dst");
@@ -167,7 +167,9 @@ void scatter_token_quant(const TensorView& x, const TensorView& src2dst, const T
   p.src2dst = static_cast<const int32_t*>(src2dst.data);
   p.topk = static_cast<int32_t>(src2dst.size(1));
   p.dst_rows = static_cast<int32_t>(rows);
-  if (src2dst.numel() > kernels::kScatterScanEntries) p.owner = scatter_owners(src2dst, rows, stream, "scatter_per_token_quant");
+  p.unique_rows = unique_rows;
+  if (!unique_rows && src2dst.numel() > kernels::kScatterScanEntries)
+    p.owner = scatter_owners(src2dst, rows, stream, "scatter_per_token_quant");
   const LaunchShape grid_shape = pdl_shape(dim3(static_cast<unsigned>(tokens)), kernels::kRowThreads);
   dispatch_row(x.dtype, vector_rows(p, x.dtype), [&]<class InT, bool kAligned>() {
     launch_token_kernel<InT, false, kAligned, true>(p, grid_shape, stream);
@@ -178,8 +180,8 @@ void scatter_token_quant(const TensorView& x, const TensorView& src2dst, const T
 }  // namespace
 
 void scatter_per_token_quant(const TensorView& x, const TensorView& src2dst, const TensorView& q, const TensorView& s,
-                             ScaleRounding rounding, cudaStream_t stream) {
-  scatter_token_quant(x, src2dst, q, s, rounding, stream);
+                             ScaleRounding rounding, cudaStream_t stream, bool unique_rows) {
+  scatter_token_quant(x, src2dst, q, s, rounding, stream, unique_rows);
 }
 
 void per_token_quant(const TensorView& x, const TensorView& q, const TensorView& s,

@@ -468,6 +468,34 @@ def test_scatter_per_token_quant_duplicate_rows_get_the_last_entry(t, k):
     _check_scatter(x, src2dst, rows, q, s, q8, s0, "i8")
 
 
+@gpu
+@pytest.mark.parametrize("form", ["masked", "contiguous"])
+@pytest.mark.parametrize("t", [3, 700])
+def test_scatter_unique_rows_is_the_default_on_a_dispatch(form, t):
+    # A dispatch names each row at most once: unique_rows=True (no search for a row's writer) writes
+    # what the default writes. 700 x 8 entries: past the per-token scan (its owner table skipped too).
+    e, k, h = 64, 8, 512
+    ids = _router_ids(t, e, k)
+    ids[torch.rand(t, k, device="cuda") < 0.1] = -1
+    if form == "masked":
+        src2dst, _ = masked_dispatch(ids, e, t)
+        rows = e * t
+    else:
+        src2dst, _ = contiguous_dispatch(ids, e)
+        rows = t * k
+    x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
+    for scatter, kw in [(fp8route.scatter_per_token_quant, {}),
+                        (fp8route.scatter_per_token_group_quant, {"layout": "col_major_tma"})]:
+        q0, s0 = scatter(x, src2dst, rows, **kw)
+        q1, s1 = (o.clone() for o in (q0, s0))
+        scatter(x, src2dst, rows, out=(q1, s1), unique_rows=True, **kw)
+        assert torch.equal(q1.view(torch.uint8), q0.view(torch.uint8)), _msg(f"{scatter.__name__} codes")
+        assert torch.equal(s1, s0), _msg(f"{scatter.__name__} scales")
+        q2, s2 = scatter(x, src2dst, rows, unique_rows=True, **kw)
+        held = src2dst[src2dst >= 0].long()
+        assert torch.equal(q2.view(torch.uint8)[held], q0.view(torch.uint8)[held]), _msg("allocated, unique_rows")
+
+
 # ---- masked_silu_and_mul_per_token_quant ---------------------------------------------------------
 
 @gpu
