@@ -119,9 +119,13 @@ def operands(form, scale, e, n, k, counts, m_max, b, sb):
 
 
 def weights(scale, e, n, k):
-    """Random E4M3 expert weights [E, N, K] and their scales of the given kind."""
+    """Random E4M3 expert weights [E, N, K] and their scales of the given kind. Drawn a few experts at a
+    time: DeepSeek-V3's 256 experts are 7.5 GB of codes, 30 GB as the float32 they are drawn from."""
     import torch
-    b = torch.randn(e, n, k, device="cuda").clamp(-4, 4).to(torch.float8_e4m3fn)
+    b = torch.empty(e, n, k, dtype=torch.float8_e4m3fn, device="cuda")
+    step = max(1, (1 << 28) // (n * k))  # 1 GiB of float32 at a time
+    for i in range(0, e, step):
+        b[i:i + step] = torch.randn(min(step, e - i), n, k, device="cuda").clamp_(-4, 4)
     if scale == "row":
         sb = torch.rand(e, n, device="cuda") + 0.5
     elif scale == "block":
