@@ -99,21 +99,6 @@ __device__ __forceinline__ void softmax_topk_token(const InT* row, int experts, 
   }
 }
 
-template <class InT>
-__global__ void __launch_bounds__(kTopkWarps * 32)
-    softmax_topk_kernel(const InT* logits, int tokens, int experts, int top_k, bool renormalize, float* weights,
-                        int32_t* ids) {
-  griddep_launch_dependents();
-  griddep_wait();
-  extern __shared__ float topk_smem[];
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int t = static_cast<int>(blockIdx.x) * kTopkWarps + warp;
-  if (t >= tokens) return;
-  softmax_topk_token(logits + static_cast<int64_t>(t) * experts, experts, top_k, renormalize,
-                     topk_smem + warp * experts, lane, weights + static_cast<int64_t>(t) * top_k,
-                     ids + static_cast<int64_t>(t) * top_k);
-}
-
 // ---- DeepSeek-V3 grouped top-k: one warp per token ------------------------------------------------
 
 constexpr int kGroupedTopkMaxGroups = 32;  // a group per lane when the groups are ranked
@@ -184,19 +169,44 @@ __device__ __forceinline__ void grouped_topk_token(const InT* row, const float* 
   }
 }
 
-template <class InT>
-__global__ void __launch_bounds__(kTopkWarps * 32)
-    grouped_topk_kernel(const InT* logits, const float* bias, int tokens, int experts, int n_group, int topk_group,
-                        int top_k, bool renormalize, float scaling, float* weights, int32_t* ids) {
+// ---- the routing kernels: one warp per token -----------------------------------------------------
+
+struct RouteParams {
+  const void* logits;
+  const float* bias;  // sigmoid routing; null: softmax
+  int tokens, experts_global, n_group, topk_group, top_k;
+  bool renormalize;
+  float scaling;
+  int route_warps;  // route_masked_dispatch_kernel: the warps that route
+  float* weights;
+  int32_t* ids;
+};
+
+// Floats of shared-memory scratch one token's routing needs.
+__host__ __device__ constexpr int route_floats(bool sigmoid, int experts) { return sigmoid ? 2 * experts : experts; }
+
+// Token t's routing by one warp, into r.weights and r.ids.
+template <class InT, bool kSigmoid>
+__device__ __forceinline__ void route_token(const RouteParams& r, int t, float* scratch, int lane) {
+  const InT* row = static_cast<const InT*>(r.logits) + static_cast<int64_t>(t) * r.experts_global;
+  float* w = r.weights + static_cast<int64_t>(t) * r.top_k;
+  int32_t* id = r.ids + static_cast<int64_t>(t) * r.top_k;
+  if constexpr (kSigmoid)
+    grouped_topk_token(row, r.bias, r.experts_global, r.n_group, r.topk_group, r.top_k, r.renormalize, r.scaling,
+                       scratch, lane, w, id);
+  else
+    softmax_topk_token(row, r.experts_global, r.top_k, r.renormalize, scratch, lane, w, id);
+}
+
+template <class InT, bool kSigmoid>
+__global__ void __launch_bounds__(kTopkWarps * 32) topk_kernel(const RouteParams r) {
   griddep_launch_dependents();
   griddep_wait();
   extern __shared__ float topk_smem[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int t = static_cast<int>(blockIdx.x) * kTopkWarps + warp;
-  if (t >= tokens) return;
-  grouped_topk_token(logits + static_cast<int64_t>(t) * experts, bias, experts, n_group, topk_group, top_k,
-                     renormalize, scaling, topk_smem + warp * 2 * experts, lane,
-                     weights + static_cast<int64_t>(t) * top_k, ids + static_cast<int64_t>(t) * top_k);
+  if (t >= r.tokens) return;
+  route_token<InT, kSigmoid>(r, t, topk_smem + warp * route_floats(kSigmoid, r.experts_global), lane);
 }
 
 // ---- masked dispatch: one block over every entry ------------------------------------------------
@@ -248,19 +258,9 @@ __global__ void __launch_bounds__(kDispatchThreads)
 
 // ---- routing and masked dispatch in one block (decode) ------------------------------------------
 // The first route_warps warps route the tokens (warp w: tokens w, w + route_warps, ...) with the
-// routing kernels' per-token functions, writing weights and ids; then the block dispatches the ids
-// it just wrote (__syncthreads orders a block's global writes before its later reads).
+// routing kernels' per-token code, writing weights and ids; then the block dispatches the ids it
+// just wrote (__syncthreads orders a block's global writes before its later reads).
 
-struct RouteParams {
-  const void* logits;
-  const float* bias;  // sigmoid routing; null: softmax
-  int tokens, experts_global, n_group, topk_group, top_k;
-  bool renormalize;
-  float scaling;
-  int route_warps;
-  float* weights;
-  int32_t* ids;
-};
 
 template <class InT, bool kSigmoid>
 __global__ void __launch_bounds__(kDispatchThreads)
@@ -272,17 +272,9 @@ __global__ void __launch_bounds__(kDispatchThreads)
   extern __shared__ float route_smem[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   if (warp < r.route_warps) {
-    const int per_token = kSigmoid ? 2 * r.experts_global : r.experts_global;
-    float* scratch = route_smem + warp * per_token;
+    float* scratch = route_smem + warp * route_floats(kSigmoid, r.experts_global);
     for (int t = warp; t < r.tokens; t += r.route_warps) {
-      const InT* row = static_cast<const InT*>(r.logits) + static_cast<int64_t>(t) * r.experts_global;
-      float* w = r.weights + static_cast<int64_t>(t) * r.top_k;
-      int32_t* id = r.ids + static_cast<int64_t>(t) * r.top_k;
-      if constexpr (kSigmoid)
-        grouped_topk_token(row, r.bias, r.experts_global, r.n_group, r.topk_group, r.top_k, r.renormalize,
-                           r.scaling, scratch, lane, w, id);
-      else
-        softmax_topk_token(row, r.experts_global, r.top_k, r.renormalize, scratch, lane, w, id);
+      route_token<InT, kSigmoid>(r, t, scratch, lane);
       __syncwarp();  // the next token reuses the scratch
     }
   }
@@ -614,19 +606,45 @@ LaunchShape topk_shape(const TopkShape& s, int64_t floats_per_token) {
 
 }  // namespace
 
+namespace {
+
+// The routing parameters of a checked call (route_warps: 0, set by the fused launch).
+kernels::RouteParams route_params(const TensorView& logits, const TensorView& bias, const TopkShape& s,
+                                  int64_t n_group, int64_t topk_group, bool renormalize, double scaling_factor,
+                                  const TensorView& weights, const TensorView& ids) {
+  return {logits.data,
+          given(bias) ? static_cast<const float*>(bias.data) : nullptr,
+          static_cast<int>(s.tokens),
+          static_cast<int>(s.experts),
+          static_cast<int>(n_group),
+          static_cast<int>(topk_group),
+          static_cast<int>(s.top_k),
+          renormalize,
+          static_cast<float>(scaling_factor),
+          0,
+          static_cast<float*>(weights.data),
+          static_cast<int32_t*>(ids.data)};
+}
+
+// One warp per token of the routing kernel (softmax, or sigmoid with r.bias).
+void launch_topk(const kernels::RouteParams& r, const TopkShape& s, DType logits_dtype, cudaStream_t stream) {
+  const bool sigmoid = r.bias != nullptr;
+  quant_launch::dispatch_float(logits_dtype, [&]<class InT>() {
+    const auto kernel = sigmoid ? kernels::topk_kernel<InT, true> : kernels::topk_kernel<InT, false>;
+    launch_kernel(kernel, topk_shape(s, kernels::route_floats(sigmoid, static_cast<int>(s.experts))), stream, r);
+  });
+  FP8ROUTE_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorView& weights, const TensorView& ids,
                       cudaStream_t stream) {
   const int64_t experts = logits.ndim == 2 ? logits.size(1) : 0;
   const TopkShape s = check_topk(logits, 1, weights, ids, experts, "E");
   if (s.tokens == 0) return;
   check_glue_device();
-  quant_launch::dispatch_float(logits.dtype, [&]<class InT>() {
-    launch_kernel(kernels::softmax_topk_kernel<InT>, topk_shape(s, s.experts), stream,
-                  static_cast<const InT*>(logits.data), static_cast<int>(s.tokens), static_cast<int>(s.experts),
-                  static_cast<int>(s.top_k), renormalize, static_cast<float*>(weights.data),
-                  static_cast<int32_t*>(ids.data));
-  });
-  FP8ROUTE_CHECK_LAUNCH();
+  launch_topk(route_params(logits, {}, s, 1, 1, renormalize, 1.0, weights, ids), s, logits.dtype, stream);
 }
 
 void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t n_group, int64_t topk_group,
@@ -635,15 +653,8 @@ void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t 
   const TopkShape s = check_grouped_topk(logits, bias, n_group, topk_group, scaling_factor, weights, ids);
   if (s.tokens == 0) return;
   check_glue_device();
-  quant_launch::dispatch_float(logits.dtype, [&]<class InT>() {
-    launch_kernel(kernels::grouped_topk_kernel<InT>, topk_shape(s, 2 * s.experts), stream,
-                  static_cast<const InT*>(logits.data), static_cast<const float*>(bias.data),
-                  static_cast<int>(s.tokens), static_cast<int>(s.experts), static_cast<int>(n_group),
-                  static_cast<int>(topk_group), static_cast<int>(s.top_k), renormalize,
-                  static_cast<float>(scaling_factor), static_cast<float*>(weights.data),
-                  static_cast<int32_t*>(ids.data));
-  });
-  FP8ROUTE_CHECK_LAUNCH();
+  launch_topk(route_params(logits, bias, s, n_group, topk_group, renormalize, scaling_factor, weights, ids), s,
+              logits.dtype, stream);
 }
 
 void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, int64_t m_max,
@@ -688,20 +699,12 @@ void moe_route_masked_dispatch(const TensorView& logits, const TensorView& bias,
   if (s.tokens == 0) return;  // masked_m is not written: the caller's zeros stand
   check_glue_device();
   // Routing warps: one per token up to 32, within 32 KB of scratch beside the 16 KB of the dispatch.
-  const int64_t per_token = (sigmoid ? 2 : 1) * s.experts * 4;
+  const int64_t per_token = int64_t{kernels::route_floats(sigmoid, static_cast<int>(s.experts))} * 4;  // bytes
   const int warps = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({s.tokens, 32, 32768 / per_token})));
-  kernels::RouteParams r{logits.data,
-                         sigmoid ? static_cast<const float*>(bias.data) : nullptr,
-                         static_cast<int>(s.tokens),
-                         static_cast<int>(s.experts),
-                         static_cast<int>(n_group),
-                         static_cast<int>(topk_group),
-                         static_cast<int>(s.top_k),
-                         renormalize,
-                         static_cast<float>(scaling_factor),
-                         warps,
-                         static_cast<float*>(weights.data),
-                         static_cast<int32_t*>(ids.data)};
+  kernels::RouteParams r =
+      route_params(logits, sigmoid ? bias : TensorView{}, s, n_group, topk_group, renormalize, scaling_factor,
+                   weights, ids);
+  r.route_warps = warps;
   const LaunchShape shape = pdl_shape(dim3(1), kernels::kDispatchThreads, static_cast<size_t>(warps * per_token));
   const int32_t* map = mapped ? static_cast<const int32_t*>(expert_map.data) : nullptr;
   const int map_len = mapped ? static_cast<int>(expert_map.size(0)) : 0;
