@@ -444,12 +444,12 @@ if torch is not None:
             one_kernel = fused and masked and t <= _ROUTE_DISPATCH_MAX_TOKENS and (self.routing == "softmax"
                                                                                    or sigmoid_fits)
             if one_kernel:  # routing and the masked dispatch together
+                sig = self.routing == "sigmoid"  # softmax takes no groups, no bias and no scaling
                 weights, ids, src2dst, counts = moe_route_masked_dispatch(
                     router_logits.contiguous(), self.top_k, e, self.masked_m_max,
-                    bias=self.e_score_correction_bias if self.routing == "sigmoid" else None, n_group=self.n_group,
-                    topk_group=self.topk_group, renormalize=self.renormalize,
-                    scaling_factor=self.routed_scaling_factor if self.routing == "sigmoid" else 1.0,
-                    expert_map=self.expert_map)
+                    bias=self.e_score_correction_bias if sig else None, n_group=self.n_group if sig else 1,
+                    topk_group=self.topk_group if sig else 1, renormalize=self.renormalize,
+                    scaling_factor=self.routed_scaling_factor if sig else 1.0, expert_map=self.expert_map)
             elif fused and self.routing == "softmax":
                 weights, ids = moe_softmax_topk(router_logits.contiguous(), self.top_k, self.renormalize)
             elif fused and sigmoid_fits:
