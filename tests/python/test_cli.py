@@ -218,6 +218,21 @@ def test_bench_recheck_times_a_miss_again_and_keeps_a_real_one(tmp_path):
     assert routed[0]["first_us"] > 1.5 * min(x["first_us"] for x in alone)
 
 
+def test_explain_grouped_names_the_table_entry(tmp_path):
+    table = tmp_path / "g.json"
+    table.write_text(json.dumps({"format": "fp8route-grouped-table", "version": 1, "stamp": STAMP, "entries": [
+        {"form": "masked", "scale": "block", "out": "bf16", "experts": 32, "n": 4096, "k": 7168,
+         "source": "deepseek-v3 ep8", "measured": [[8, "decode", 20.0], [8, "wgmma", 21.5], [64, "wgmma", 40.0]]}]}))
+    r = run("explain", "--grouped", "masked", "--experts", "32", "--m", "5", "--n", "4096", "--k", "7168", "--scale",
+            "block", "--table", str(table))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"grouped table {table}" in r.stdout and "deepseek-v3 ep8" in r.stdout, r.stdout
+    assert "at measured rows 8:" in r.stdout and "decode 20 us" in r.stdout and "wgmma 21.5 us" in r.stdout, r.stdout
+    r = run("explain", "--grouped", "contiguous", "--experts", "32", "--m", "5", "--n", "4096", "--k", "7168",
+            "--table", str(table))  # row scales: no entry of that form and scale
+    assert r.returncode == 0 and "no entry of form contiguous and scale row" in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize("args,flag", [
     (("explain", "--model", "llama-3.1-8b", "--m", "1", "--tp", "0"), "--tp"),
     (("explain", "--model", "llama-3.1-8b", "--m", "1", "--tp", str(2**32)), "--tp"),

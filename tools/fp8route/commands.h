@@ -18,6 +18,8 @@ struct ExplainOptions {
   std::string scale = "row", out = "bf16", table, model;
   std::string accum = "fast";  // the accumulation class asked for (Accum in gemm.h)
   int tp = 1;
+  std::string grouped;  // "masked" or "contiguous": a grouped GEMM of `experts` experts (rows = m)
+  int64_t experts = 0;
 };
 int run_explain(const ExplainOptions& opt);
 

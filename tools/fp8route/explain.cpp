@@ -9,13 +9,37 @@
 #include "commands.h"
 #include "fp8route/error.h"
 #include "fp8route/gemm.h"
+#include "fp8route/moe.h"
 #include "fp8route/route.h"
 #include "fp8route/tuning/explain_policy.h"
 
 namespace fp8route::cli {
 
+namespace {
+
+// A grouped GEMM (docs/moe.md, Routing): the grouped table's choice or the rule, and why.
+int explain_grouped_problem(const ExplainOptions& opt) {
+  FP8ROUTE_CHECK(opt.model.empty(), "--model: not taken with --grouped (give --experts, --n and --k)");
+  FP8ROUTE_CHECK(opt.experts >= 1 && opt.n >= 1 && opt.k >= 1,
+                 "--experts, --n and --k are required with --grouped, got experts=" << opt.experts << " n=" << opt.n
+                                                                                   << " k=" << opt.k);
+  if (!opt.table.empty()) load_default_grouped_table(opt.table);  // a named table must load
+  GroupedProblem p;
+  p.form = parse_grouped_form(opt.grouped);
+  p.scale = parse_scale_kind(opt.scale);
+  p.out = parse_dtype(opt.out, "--out");
+  p.experts = opt.experts, p.rows = opt.m, p.n = opt.n, p.k = opt.k;
+  p.sa_per_expert = p.scale != ScaleKind::tensor;
+  std::printf("%s", explain_grouped(p).c_str());
+  return 0;
+}
+
+}  // namespace
+
 int run_explain(const ExplainOptions& opt) {
   FP8ROUTE_CHECK(opt.m >= 1, "--m: must be >= 1, got " << opt.m);
+  if (!opt.grouped.empty()) return explain_grouped_problem(opt);
+  FP8ROUTE_CHECK(opt.experts == 0, "--experts: only with --grouped");
   FP8ROUTE_CHECK(!opt.model.empty() || (opt.n >= 1 && opt.k >= 1),
                  "--n and --k (or --model) are required, got n=" << opt.n << " k=" << opt.k);
   // Without a GPU, the table's plan as measured on its GPU (route/explain_policy.h); every problem

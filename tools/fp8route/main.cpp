@@ -101,6 +101,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, static_cast<int>(kMaxTp)));
   explain_cmd->add_option("--table", ex.table, "routing table (default: $FP8ROUTE_TABLE, else routes/h200.json)");
+  explain_cmd->add_option("--grouped", ex.grouped,
+                          "a grouped GEMM instead: masked (--m is M_max) or contiguous (--m is M_total); "
+                          "--table names a grouped routing table")
+      ->check(CLI::IsMember({"masked", "contiguous"}));
+  explain_cmd->add_option("--experts", ex.experts, "experts (E) of the grouped GEMM")
+      ->check(CLI::Range(int64_t{1}, kMaxM));
 
   BenchOptions bench;
   CLI::App* bench_cmd = app.add_subcommand(
@@ -208,7 +214,8 @@ int main(int argc, char** argv) {
   examples(info_cmd, "  fp8route info\n  fp8route info --json\n");
   examples(explain_cmd,
            "  fp8route explain --m 16 --n 4096 --k 4096 --scale row\n"
-           "  fp8route explain --model llama-3.1-70b --tp 8 --m 1 --scale block\n");
+           "  fp8route explain --model llama-3.1-70b --tp 8 --m 1 --scale block\n"
+           "  fp8route explain --grouped masked --experts 32 --m 8 --n 4096 --k 7168 --scale block\n");
   examples(bench_cmd,
            "  fp8route bench --model llama-3.1-8b --m 1,16,4096\n"
            "  fp8route bench --model llama-3.1-70b --tp 8 --scale row --json b.json --csv b.csv\n"
