@@ -47,7 +47,8 @@ const GroupedBackend& find_grouped_backend(std::string_view name);
 // The default backend for p (docs/moe.md, Routing): the grouped table's choice, else the rule in
 // grouped_mm.cpp.
 const GroupedBackend& default_grouped_backend(const GroupedProblem& p);
-// The process-wide grouped routing table (grouped_table.cpp), loaded at the first call; nullptr: none.
+// The process-wide grouped routing table (grouped_default_table.cpp), loaded at the first call;
+// nullptr: none.
 std::shared_ptr<const GroupedRoutingTable> default_grouped_table();
 
 }  // namespace fp8route::moe

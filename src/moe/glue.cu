@@ -65,11 +65,10 @@ __device__ __forceinline__ void warp_topk(float* v, int n, int top_k, float floo
   }
 }
 
-// A warp's token: its E probabilities in shared memory p, then top_k rounds of a (value, index)
-// arg-max over the warp (larger value first, then the lower index), each round's winner marked taken
-// (-1, below every probability). A NaN probability is kept as -0.5 (below every real one, above a
-// taken one), so that ids stay in [0, E) whatever the logits.
-// One token's softmax top-k by one warp; p: E floats of shared memory of the warp's own.
+// One token's softmax top-k by one warp: its E probabilities in the warp's shared memory p, then
+// top_k rounds of a (value, index) arg-max over the warp (larger value first, then the lower index),
+// each round's winner marked taken (-1, below every probability). A NaN probability is kept as -0.5
+// (below every real one, above a taken one), so that ids stay in [0, E) whatever the logits.
 template <class InT>
 __device__ __forceinline__ void softmax_topk_token(const InT* row, int experts, int top_k, bool renormalize, float* p,
                                                    int lane, float* weights_t, int32_t* ids_t) {
@@ -103,12 +102,12 @@ __device__ __forceinline__ void softmax_topk_token(const InT* row, int experts, 
 
 constexpr int kGroupedTopkMaxGroups = 32;  // a group per lane when the groups are ranked
 
-// A warp's token: s = sigmoid(logit) and the choice score c = s + bias (clamped to >= -FLT_MAX, so
-// that a NaN or -inf score is the lowest choosable, never outside [0, E)) in shared memory; each
-// group scored by the sum of its two best c; the topk_group best groups kept; then top_k rounds of a
-// (c, index) arg-max over the kept groups' experts, each winner marked taken (-inf). Weights: s of
-// the chosen, over their sum when renormalize, times scaling.
-// One token's grouped top-k by one warp; s: 2E floats of shared memory of the warp's own.
+// One token's grouped top-k by one warp: s = sigmoid(logit) and the choice score c = s + bias
+// (clamped to >= -FLT_MAX, so that a NaN or -inf score is the lowest choosable, never outside [0, E))
+// in the warp's 2E floats of shared memory s; each group scored by the sum of its two best c; the
+// topk_group best groups kept; then top_k rounds of a (c, index) arg-max over the kept groups'
+// experts, each winner marked taken (-inf). Weights: s of the chosen, over their sum when
+// renormalize, times scaling.
 template <class InT>
 __device__ __forceinline__ void grouped_topk_token(const InT* row, const float* bias, int experts, int n_group,
                                                    int topk_group, int top_k, bool renormalize, float scaling,
@@ -260,7 +259,6 @@ __global__ void __launch_bounds__(kDispatchThreads)
 // The first route_warps warps route the tokens (warp w: tokens w, w + route_warps, ...) with the
 // routing kernels' per-token code, writing weights and ids; then the block dispatches the ids it
 // just wrote (__syncthreads orders a block's global writes before its later reads).
-
 
 template <class InT, bool kSigmoid>
 __global__ void __launch_bounds__(kDispatchThreads)
@@ -483,11 +481,17 @@ std::pair<int64_t, int64_t> check_ids(const TensorView& ids) {
   return {ids.size(0), ids.size(1)};
 }
 
+// The dispatch kernels' view of an optional expert_map: its entries, or null with length 0.
+struct ExpertMap {
+  const int32_t* data = nullptr;
+  int len = 0;
+};
+
 // An optional expert_map (int32 [E_global], global -> local id or -1) beside ids, sharing no byte
-// with the outputs. Returns whether it is given.
-bool check_expert_map(const TensorView& expert_map, const TensorView& ids,
-                      std::initializer_list<std::pair<const TensorView*, const char*>> outputs) {
-  if (!given(expert_map)) return false;
+// with the outputs. Returns the kernels' view of it (null when absent).
+ExpertMap check_expert_map(const TensorView& expert_map, const TensorView& ids,
+                           std::initializer_list<std::pair<const TensorView*, const char*>> outputs) {
+  if (!given(expert_map)) return {};
   check_device_tensor(expert_map, "expert_map");
   check_dtype(expert_map, "expert_map", {DType::i32});
   check_ndim(expert_map, "expert_map", 1, "[E_global]");
@@ -495,7 +499,7 @@ bool check_expert_map(const TensorView& expert_map, const TensorView& ids,
                  "expert_map: must be contiguous with fewer than 2^31 entries, got " << to_string(expert_map));
   check_same_device(expert_map, "expert_map", ids, "ids");
   for (const auto& [t, name] : outputs) check_no_overlap(*t, name, expert_map, "expert_map");
-  return true;
+  return {static_cast<const int32_t*>(expert_map.data), static_cast<int>(expert_map.size(0))};
 }
 
 // Calls f.template operator()<CudaType>() for a 16-bit float dtype.
@@ -504,10 +508,6 @@ void dispatch_half(DType t, F&& f) {
   if (t == DType::bf16) return f.template operator()<__nv_bfloat16>();
   return f.template operator()<__half>();
 }
-
-}  // namespace
-
-namespace {
 
 // The routing kernels' logits [T, E] (min_experts <= E <= kMoeMaxExperts) and outputs weights f32,
 // ids int32 [T, top_k] with 1 <= top_k <= min(max_top_k, kMoeMaxTopK) (`why` names max_top_k; "":
@@ -546,6 +546,11 @@ TopkShape check_topk(const TensorView& logits, int64_t min_experts, const Tensor
   return {tokens, experts, top_k};
 }
 
+// moe_softmax_topk's arguments (top_k up to E).
+TopkShape check_softmax_topk(const TensorView& logits, const TensorView& weights, const TensorView& ids) {
+  return check_topk(logits, 1, weights, ids, logits.ndim == 2 ? logits.size(1) : 0, "E");
+}
+
 // moe_grouped_topk's arguments (check_topk, then the groups, the bias and the scaling factor).
 TopkShape check_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t n_group, int64_t topk_group,
                              double scaling_factor, const TensorView& weights, const TensorView& ids) {
@@ -572,9 +577,9 @@ TopkShape check_grouped_topk(const TensorView& logits, const TensorView& bias, i
 }
 
 // The masked dispatch's bound, m_max, outputs and map beside ids [T, top_k] (ids' own checks done).
-// Returns E (masked_m's length); *mapped: whether expert_map is given.
+// Returns E (masked_m's length); *map: the kernels' view of expert_map.
 int64_t check_masked_dispatch(const TensorView& ids, int64_t tokens, int64_t top_k, const TensorView& expert_map,
-                              int64_t m_max, const TensorView& src2dst, const TensorView& masked_m, bool* mapped) {
+                              int64_t m_max, const TensorView& src2dst, const TensorView& masked_m, ExpertMap* map) {
   FP8ROUTE_CHECK(tokens * top_k <= kMoeDispatchMaxEntries,
                  "ids: T * top_k = " << tokens * top_k << " entries, at most " << kMoeDispatchMaxEntries
                                      << " (kMoeDispatchMaxEntries: the masked dispatch kernel is one thread block for "
@@ -588,7 +593,7 @@ int64_t check_masked_dispatch(const TensorView& ids, int64_t tokens, int64_t top
   FP8ROUTE_CHECK(experts * m_max <= 0x7FFFFFFF,
                  "m_max: E * m_max = " << experts << " * " << m_max << " rows must be < 2^31 (src2dst is int32)");
   check_entries(src2dst, "src2dst", DType::i32, tokens, top_k);
-  *mapped = check_expert_map(expert_map, ids, {{&src2dst, "src2dst"}, {&masked_m, "masked_m"}});
+  *map = check_expert_map(expert_map, ids, {{&src2dst, "src2dst"}, {&masked_m, "masked_m"}});
   check_same_device(src2dst, "src2dst", ids, "ids");
   check_same_device(masked_m, "masked_m", ids, "ids");
   check_no_overlap(src2dst, "src2dst", ids, "ids");
@@ -601,12 +606,8 @@ int64_t check_masked_dispatch(const TensorView& ids, int64_t tokens, int64_t top
 LaunchShape topk_shape(const TopkShape& s, int64_t floats_per_token) {
   const dim3 grid(static_cast<unsigned>((s.tokens + kernels::kTopkWarps - 1) / kernels::kTopkWarps));
   return pdl_shape(grid, kernels::kTopkWarps * 32,
-                    static_cast<size_t>(kernels::kTopkWarps) * static_cast<size_t>(floats_per_token) * 4);
+                   static_cast<size_t>(kernels::kTopkWarps) * static_cast<size_t>(floats_per_token) * 4);
 }
-
-}  // namespace
-
-namespace {
 
 // The routing parameters of a checked call (route_warps: 0, set by the fused launch).
 kernels::RouteParams route_params(const TensorView& logits, const TensorView& bias, const TopkShape& s,
@@ -640,8 +641,7 @@ void launch_topk(const kernels::RouteParams& r, const TopkShape& s, DType logits
 
 void moe_softmax_topk(const TensorView& logits, bool renormalize, const TensorView& weights, const TensorView& ids,
                       cudaStream_t stream) {
-  const int64_t experts = logits.ndim == 2 ? logits.size(1) : 0;
-  const TopkShape s = check_topk(logits, 1, weights, ids, experts, "E");
+  const TopkShape s = check_softmax_topk(logits, weights, ids);
   if (s.tokens == 0) return;
   check_glue_device();
   launch_topk(route_params(logits, {}, s, 1, 1, renormalize, 1.0, weights, ids), s, logits.dtype, stream);
@@ -660,16 +660,15 @@ void moe_grouped_topk(const TensorView& logits, const TensorView& bias, int64_t 
 void moe_masked_dispatch(const TensorView& ids, const TensorView& expert_map, int64_t m_max,
                          const TensorView& src2dst, const TensorView& masked_m, cudaStream_t stream) {
   const auto [tokens, top_k] = check_ids(ids);
-  bool mapped = false;
-  const int64_t experts = check_masked_dispatch(ids, tokens, top_k, expert_map, m_max, src2dst, masked_m, &mapped);
+  ExpertMap map;
+  const int64_t experts = check_masked_dispatch(ids, tokens, top_k, expert_map, m_max, src2dst, masked_m, &map);
   if (tokens == 0) return;  // masked_m is not written: the caller's zeros stand (moe.h)
   check_glue_device();
   const int64_t work = std::max(tokens * top_k, experts);  // entries, and the counts to zero
   const int threads = static_cast<int>(std::min<int64_t>(kernels::kDispatchThreads, (work + 31) / 32 * 32));
   launch_kernel(kernels::masked_dispatch_kernel, pdl_shape(dim3(1), dim3(threads)), stream,
-                static_cast<const int32_t*>(ids.data), static_cast<int>(tokens * top_k),
-                mapped ? static_cast<const int32_t*>(expert_map.data) : nullptr,
-                mapped ? static_cast<int>(expert_map.size(0)) : 0, static_cast<int>(experts), static_cast<int>(m_max),
+                static_cast<const int32_t*>(ids.data), static_cast<int>(tokens * top_k), map.data, map.len,
+                static_cast<int>(experts), static_cast<int>(m_max),
                 static_cast<int32_t*>(src2dst.data), static_cast<int32_t*>(masked_m.data));
   FP8ROUTE_CHECK_LAUNCH();
 }
@@ -683,14 +682,13 @@ void moe_route_masked_dispatch(const TensorView& logits, const TensorView& bias,
   if (sigmoid) {
     s = check_grouped_topk(logits, bias, n_group, topk_group, scaling_factor, weights, ids);
   } else {
-    const int64_t experts = logits.ndim == 2 ? logits.size(1) : 0;
-    s = check_topk(logits, 1, weights, ids, experts, "E");
+    s = check_softmax_topk(logits, weights, ids);
     FP8ROUTE_CHECK(n_group == 1 && topk_group == 1 && scaling_factor == 1.0,
                    "n_group, topk_group, scaling_factor: softmax routing (no bias) takes 1, 1, 1.0, got "
                        << n_group << ", " << topk_group << ", " << scaling_factor);
   }
-  bool mapped = false;
-  const int64_t experts = check_masked_dispatch(ids, s.tokens, s.top_k, expert_map, m_max, src2dst, masked_m, &mapped);
+  ExpertMap map;
+  const int64_t experts = check_masked_dispatch(ids, s.tokens, s.top_k, expert_map, m_max, src2dst, masked_m, &map);
   for (const auto& [t, name] : {std::pair{&src2dst, "src2dst"}, {&masked_m, "masked_m"}}) {
     check_no_overlap(*t, name, logits, "logits");
     check_no_overlap(*t, name, weights, "weights");
@@ -706,12 +704,10 @@ void moe_route_masked_dispatch(const TensorView& logits, const TensorView& bias,
                    weights, ids);
   r.route_warps = warps;
   const LaunchShape shape = pdl_shape(dim3(1), kernels::kDispatchThreads, static_cast<size_t>(warps * per_token));
-  const int32_t* map = mapped ? static_cast<const int32_t*>(expert_map.data) : nullptr;
-  const int map_len = mapped ? static_cast<int>(expert_map.size(0)) : 0;
   quant_launch::dispatch_float(logits.dtype, [&]<class InT>() {
     const auto kernel = sigmoid ? kernels::route_masked_dispatch_kernel<InT, true>
                                 : kernels::route_masked_dispatch_kernel<InT, false>;
-    launch_kernel(kernel, shape, stream, r, map, map_len, static_cast<int>(experts), static_cast<int>(m_max),
+    launch_kernel(kernel, shape, stream, r, map.data, map.len, static_cast<int>(experts), static_cast<int>(m_max),
                   static_cast<int32_t*>(src2dst.data), static_cast<int32_t*>(masked_m.data));
   });
   FP8ROUTE_CHECK_LAUNCH();
@@ -743,7 +739,7 @@ void moe_contiguous_dispatch(const TensorView& ids, const TensorView& expert_map
   FP8ROUTE_CHECK(workspace.is_contiguous() && workspace.numel() >= need,
                  "workspace: a contiguous int32 tensor of at least moe_contiguous_dispatch_workspace(T * top_k, E) = "
                      << need << " elements, got " << to_string(workspace));
-  const bool mapped =
+  const ExpertMap map =
       check_expert_map(expert_map, ids, {{&src2dst, "src2dst"}, {&offsets, "offsets"}, {&workspace, "workspace"}});
   const std::pair<const TensorView*, const char*> outs[] = {{&src2dst, "src2dst"}, {&offsets, "offsets"},
                                                             {&workspace, "workspace"}};
@@ -756,19 +752,17 @@ void moe_contiguous_dispatch(const TensorView& ids, const TensorView& expert_map
   check_no_overlap(offsets, "offsets", workspace, "workspace");
   check_glue_device();
   const int chunks = static_cast<int>((entries + kernels::kContigChunk - 1) / kernels::kContigChunk);
-  const int32_t* map = mapped ? static_cast<const int32_t*>(expert_map.data) : nullptr;
-  const int map_len = mapped ? static_cast<int>(expert_map.size(0)) : 0;
   auto* ws = static_cast<int32_t*>(workspace.data);
   if (chunks > 0)
     launch_kernel(kernels::contiguous_count_kernel, pdl_shape(dim3(chunks), dim3(kernels::kContigWarps * 32)), stream,
-                  static_cast<const int32_t*>(ids.data), static_cast<int>(entries), map, map_len,
+                  static_cast<const int32_t*>(ids.data), static_cast<int>(entries), map.data, map.len,
                   static_cast<int>(experts), ws);
   // Also with T = 0: every element of offsets is written (zeros).
   launch_kernel(kernels::contiguous_scan_kernel, pdl_shape(dim3(1), dim3(kernels::kContigScanThreads)), stream,
                 chunks, static_cast<int>(experts), ws, static_cast<int32_t*>(offsets.data));
   if (chunks > 0)
     launch_kernel(kernels::contiguous_scatter_kernel, pdl_shape(dim3(chunks), dim3(kernels::kContigWarps * 32)),
-                  stream, static_cast<const int32_t*>(ids.data), static_cast<int>(entries), map, map_len,
+                  stream, static_cast<const int32_t*>(ids.data), static_cast<int>(entries), map.data, map.len,
                   static_cast<int>(experts), static_cast<const int32_t*>(ws), static_cast<int32_t*>(src2dst.data));
   FP8ROUTE_CHECK_LAUNCH();
 }

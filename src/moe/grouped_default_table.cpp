@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fp8route/device.h"
@@ -32,18 +33,14 @@ DefaultTable& default_state() {
 }  // namespace
 
 std::vector<std::string> default_grouped_table_files() {
+  static constexpr std::pair<const char*, const char*> kTables[] = {{"H200", "routes/h200-grouped.json"},
+                                                                     {"H100", "routes/h100-grouped.json"}};
+  const std::string gpu = cuda_device_count() > 0 ? device_info(0).name : "";
   std::vector<std::string> files;
-  if (cuda_device_count() > 0) {
-    const std::string& gpu = device_info(0).name;
-    for (const char* tag : {"H100", "H200"})
-      if (gpu.find(tag) != std::string::npos) {
-        std::string lower = tag;
-        lower[0] = 'h';
-        files.push_back("routes/" + lower + "-grouped.json");
-      }
-  }
-  for (const char* f : {"routes/h200-grouped.json", "routes/h100-grouped.json"})
-    if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+  for (const auto& [model, file] : kTables)  // this GPU's first
+    if (gpu.find(model) != std::string::npos) files.push_back(file);
+  for (const auto& [model, file] : kTables)
+    if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
   return files;
 }
 
