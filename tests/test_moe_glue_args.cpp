@@ -105,6 +105,8 @@ TEST(MoeGlueArgs, GroupedTopkNamesEachBadArgument) {
   EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 9, true, 1.0, a.w(), a.ids(), nullptr), "topk_group: 9");
   EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 4, true, std::numeric_limits<double>::infinity(), a.w(), a.ids(), nullptr),
                "scaling_factor: must be finite");
+  EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 4, true, 1e300, a.w(), a.ids(), nullptr),  // inf as a float
+               "scaling_factor: must be finite");
   // top_k above what the kept groups hold: 1 group of 16 experts kept, 17 asked.
   EXPECT_NAMES(moe_grouped_topk(a.l(), bias, 8, 1, true, 1.0, tensor(1, DType::f32, {3, 17}),
                                 tensor(2, DType::i32, {3, 17}), nullptr),
@@ -147,6 +149,8 @@ TEST(MoeGlueArgs, MaskedDispatchNamesEachBadArgument) {
   EXPECT_NAMES(moe_masked_dispatch(ids, none, 0, src2dst, masked_m, nullptr), "m_max: must be >= 1, got 0");
   EXPECT_NAMES(moe_masked_dispatch(ids, none, -3, src2dst, masked_m, nullptr), "m_max: must be >= 1, got -3");
   EXPECT_NAMES(moe_masked_dispatch(ids, none, int64_t{1} << 26, src2dst, masked_m, nullptr), "m_max: E * m_max");
+  // Large enough that E * m_max would overflow int64.
+  EXPECT_NAMES(moe_masked_dispatch(ids, none, int64_t{1} << 62, src2dst, masked_m, nullptr), "m_max: must be < 2^31");
   EXPECT_NAMES(moe_masked_dispatch(ids, none, 4, src2dst, tensor(2, DType::f32, {128}), nullptr), "masked_m: dtype");
   EXPECT_NAMES(moe_masked_dispatch(ids, none, 4, src2dst, tensor(2, DType::i32, {128, 1}), nullptr), "masked_m: expected 1 dims");
   EXPECT_NAMES(moe_masked_dispatch(ids, none, 4, tensor(1, DType::i32, {4, 7}), masked_m, nullptr), "src2dst: expected shape");
@@ -176,6 +180,13 @@ TEST(MoeGlueArgs, RouteMaskedDispatchNamesEachBadArgument) {
   EXPECT_NAMES(call(logits, none, 1, 1, 1.0, 4, tensor(3, DType::i32, {4, 7})), "src2dst: expected shape");
   EXPECT_NAMES(call(logits, none, 1, 1, 1.0, 4, tensor(2, DType::i32, {4, 8})), "src2dst and ids overlap");
   EXPECT_NAMES(call(logits, none, 1, 1, 1.0, 4, tensor(1, DType::i32, {4, 8})), "src2dst and weights overlap");
+  // The routing writes ids and weights before the dispatch reads expert_map.
+  EXPECT_NAMES(moe_route_masked_dispatch(logits, none, 1, 1, true, 1.0, tensor(2, DType::i32, {64}), 4, w, ids, src2dst,
+                                         masked_m, nullptr),
+               "ids and expert_map overlap");
+  EXPECT_NAMES(moe_route_masked_dispatch(logits, none, 1, 1, true, 1.0, tensor(1, DType::i32, {64}), 4, w, ids, src2dst,
+                                         masked_m, nullptr),
+               "weights and expert_map overlap");
   EXPECT_NAMES(moe_route_masked_dispatch(tensor(0, DType::bf16, {513, 64}), none, 1, 1, true, 1.0, none, 4,
                                          tensor(1, DType::f32, {513, 8}), tensor(2, DType::i32, {513, 8}),
                                          tensor(3, DType::i32, {513, 8}), masked_m, nullptr),

@@ -19,8 +19,8 @@ if torch is not None:
                               masked_dispatch, reference_moe, softmax_topk)
 
 _LAYOUTS = ("row_major", "col_major", "col_major_tma")
-# Bounds of the decode glue kernels (moe.h: kMoeDispatchMaxEntries, kMoeMaxExperts).
-_GLUE_MAX_ENTRIES, _GLUE_MAX_EXPERTS = 4096, 1024
+# Bounds of the decode glue kernels (moe.h: kMoeDispatchMaxEntries, kMoeMaxExperts, kMoeMaxTopK).
+_GLUE_MAX_ENTRIES, _GLUE_MAX_EXPERTS, _GLUE_MAX_TOPK = 4096, 1024, 16
 # Up to this many tokens moe_route_masked_dispatch routes them all at once (one warp each).
 _ROUTE_DISPATCH_MAX_TOKENS = 32
 
@@ -423,10 +423,12 @@ if torch is not None:
 
         def _glue_fits(self, t, router_logits, masked):
             """Whether this call's glue runs as the fused kernels (their bounds: docs/moe.md): masked,
-            T * top_k <= 4096 (one dispatch block); contiguous, at most 1024 local experts."""
+            T * top_k <= 4096 (one dispatch block); contiguous, at most 1024 local experts; softmax
+            routing over at most 1024 experts, top_k <= 16."""
             fits = t * self.top_k <= _GLUE_MAX_ENTRIES if masked else self.experts <= _GLUE_MAX_EXPERTS
             return (self._fused_glue and fits and self.hidden % 8 == 0
-                    and (self.routing != "softmax" or router_logits.shape[-1] <= _GLUE_MAX_EXPERTS))
+                    and (self.routing != "softmax" or (router_logits.shape[-1] <= _GLUE_MAX_EXPERTS
+                                                       and self.top_k <= _GLUE_MAX_TOPK)))
 
         def _grouped_topk_fits(self, router_logits):
             """Whether sigmoid routing runs as moe_grouped_topk (its bounds: docs/moe.md)."""

@@ -212,11 +212,12 @@ __global__ void __launch_bounds__(kTopkWarps * 32) topk_kernel(const RouteParams
 
 constexpr int kDispatchThreads = 1024;
 
-// Entry i's expert on this GPU: ids[i] through expert_map when given; -1 outside [0, experts).
+// Entry i's expert on this GPU: ids[i] through expert_map when given (map_len >= 0; an empty map
+// drops every entry); -1 outside [0, experts).
 __device__ __forceinline__ int local_expert(const int32_t* ids, int i, const int32_t* expert_map, int map_len,
                                             int experts) {
   int e = ids[i];
-  if (expert_map) e = e >= 0 && e < map_len ? expert_map[e] : -1;
+  if (map_len >= 0) e = e >= 0 && e < map_len ? expert_map[e] : -1;
   return e >= 0 && e < experts ? e : -1;
 }
 
@@ -481,14 +482,15 @@ std::pair<int64_t, int64_t> check_ids(const TensorView& ids) {
   return {ids.size(0), ids.size(1)};
 }
 
-// The dispatch kernels' view of an optional expert_map: its entries, or null with length 0.
+// The dispatch kernels' view of an optional expert_map: its entries and length, or length -1 when
+// absent (a given map may be empty, and then its data pointer may be null).
 struct ExpertMap {
   const int32_t* data = nullptr;
-  int len = 0;
+  int len = -1;
 };
 
 // An optional expert_map (int32 [E_global], global -> local id or -1) beside ids, sharing no byte
-// with the outputs. Returns the kernels' view of it (null when absent).
+// with the outputs. Returns the kernels' view of it.
 ExpertMap check_expert_map(const TensorView& expert_map, const TensorView& ids,
                            std::initializer_list<std::pair<const TensorView*, const char*>> outputs) {
   if (!given(expert_map)) return {};
@@ -565,7 +567,9 @@ TopkShape check_grouped_topk(const TensorView& logits, const TensorView& bias, i
   const int64_t choosable = topk_group * (experts / n_group);
   FP8ROUTE_CHECK(s.top_k <= choosable, "top_k: " << s.top_k << " (weights' last dim) must be at most topk_group x E / "
                                                     "n_group = " << choosable << " (the experts of the kept groups)");
-  FP8ROUTE_CHECK(std::isfinite(scaling_factor), "scaling_factor: must be finite, got " << scaling_factor);
+  // The kernels take it as a float: finite there too.
+  FP8ROUTE_CHECK(std::isfinite(scaling_factor) && std::fabs(scaling_factor) <= FLT_MAX,
+                 "scaling_factor: must be finite as a float, got " << scaling_factor);
   check_device_tensor(bias, "bias");
   check_dtype(bias, "bias", {DType::f32});
   const int64_t bias_shape[1] = {s.experts};
@@ -585,6 +589,7 @@ int64_t check_masked_dispatch(const TensorView& ids, int64_t tokens, int64_t top
                                      << " (kMoeDispatchMaxEntries: the masked dispatch kernel is one thread block for "
                                         "decode batches)");
   FP8ROUTE_CHECK(m_max >= 1, "m_max: must be >= 1, got " << m_max);
+  FP8ROUTE_CHECK(m_max <= 0x7FFFFFFF, "m_max: must be < 2^31, got " << m_max);
   check_device_tensor(masked_m, "masked_m");
   check_dtype(masked_m, "masked_m", {DType::i32});
   check_ndim(masked_m, "masked_m", 1, "[E]");
@@ -693,6 +698,10 @@ void moe_route_masked_dispatch(const TensorView& logits, const TensorView& bias,
     check_no_overlap(*t, name, logits, "logits");
     check_no_overlap(*t, name, weights, "weights");
     if (sigmoid) check_no_overlap(*t, name, bias, "bias");
+  }
+  if (given(expert_map)) {  // the routing writes ids and weights before the dispatch reads the map
+    check_no_overlap(ids, "ids", expert_map, "expert_map");
+    check_no_overlap(weights, "weights", expert_map, "expert_map");
   }
   if (s.tokens == 0) return;  // masked_m is not written: the caller's zeros stand
   check_glue_device();

@@ -333,6 +333,20 @@ def test_contiguous_dispatch_out_of_range_ids_and_empty():
 
 
 @gpu
+def test_an_empty_expert_map_drops_every_entry():
+    # Given but empty: no global expert is held here (its data pointer may be null).
+    ids = torch.randint(0, 8, (3, 2), dtype=torch.int32, device="cuda")
+    empty = torch.empty(0, dtype=torch.int32, device="cuda")
+    src2dst, masked_m = fp8route.moe_masked_dispatch(ids, 4, 2, expert_map=empty)
+    assert src2dst.tolist() == [[-1, -1]] * 3 and masked_m.tolist() == [0] * 4
+    src2dst, offsets = fp8route.moe_contiguous_dispatch(ids, 4, expert_map=empty)
+    assert src2dst.tolist() == [[-1, -1]] * 3 and offsets.tolist() == [0] * 5
+    _, _, src2dst, masked_m = fp8route.moe_route_masked_dispatch(torch.randn(3, 8, device="cuda"), 2, 4, 2,
+                                                                 expert_map=empty)
+    assert src2dst.tolist() == [[-1, -1]] * 3 and masked_m.tolist() == [0] * 4
+
+
+@gpu
 def test_contiguous_dispatch_captures_in_a_graph():
     ids = _router_ids(300, 64, 8)
     src2dst, offsets = fp8route.moe_contiguous_dispatch(ids, 64)  # warm-up outside the capture
@@ -590,6 +604,18 @@ def test_fp8moe_with_expert_map_unchanged(scale, masked):
     want = layer(x, logits)
     assert want.abs().max() > 0, _msg("the reference output is empty")
     torch.testing.assert_close(got, want, rtol=2**-7, atol=1e-2 * want.abs().max().item(), msg=lambda m: _msg(m))
+
+
+@gpu
+@pytest.mark.parametrize("m_max", [2, None])
+def test_fp8moe_softmax_top_k_past_the_kernels_runs_the_torch_glue(m_max):
+    # top_k = 20 is past the routing kernels' 16: the layer routes with moe_routing's torch code.
+    layer = _layer("row", m_max, e=32, h=256, i=128, top_k=20)
+    x = torch.randn(2, 256, device="cuda", dtype=torch.bfloat16)
+    logits = torch.randn(2, 32, device="cuda", dtype=torch.float32)
+    assert not layer._glue_fits(2, logits, m_max is not None)
+    got = layer(x, logits)
+    assert got.shape == (2, 256) and torch.isfinite(got).all() and got.abs().max() > 0
 
 
 @gpu
