@@ -14,7 +14,10 @@ routed) runs only with --backends naming it.
 
   python3 bench/moe_bench.py [--layers deepseek_v3.gate_up,...] [--m 1,2,4,8,16,32,64] [--active 8,all]
                              [--prefill 128,512,2048] [--backends default,decode,wgmma,cutlass,simt] [--m-max N]
-                             [--json FILE]
+                             [--decode-splits 1,2,4,8] [--json FILE]
+
+--decode-splits adds the decode backend with each of those K split counts per item (where they fit;
+else its rule's), named decode@sN, beside the rule's own choice: what the split rule chooses between.
 """
 import argparse
 import json
@@ -27,7 +30,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import fp8route  # noqa: E402
-from fp8route import tune_grouped  # noqa: E402  (the operands of a grouped call)
+from fp8route import chain_trace, tune_grouped  # noqa: E402  (launch knobs; the operands of a grouped call)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e  # noqa: E402  (bench/e2e.py: copy_bandwidth)
@@ -61,8 +64,18 @@ def make_set(form, scale, e, n, k, counts, m_max):
 
 def ours(s, form, scale, backend):
     kw = dict(offsets=s["groups"]) if form == "contiguous" else dict(masked_m=s["groups"])
-    return lambda: fp8route.grouped_scaled_mm(s["a"], s["b"], s["sa"], s["sb"], scale=scale, out=s["out"],
+    backend, _, splits = backend.partition("@s")  # decode@sN: N K splits (a launch knob, set around the call)
+
+    def call():
+        if splits:
+            chain_trace.set_grouped_decode_splits(int(splits))
+        try:
+            return fp8route.grouped_scaled_mm(s["a"], s["b"], s["sa"], s["sb"], scale=scale, out=s["out"],
                                               backend=backend, **kw)
+        finally:
+            if splits:
+                chain_trace.set_grouped_decode_splits(0)
+    return call
 
 
 def torch_grouped(s, form):
@@ -120,9 +133,12 @@ def main():
                     help="masked form: M_max (the bound a caller allocates, e.g. the batch size) when larger "
                     "than m; default m (every active expert full, the worst case of a kernel whose time "
                     "follows the rows an expert holds)")
+    ap.add_argument("--decode-splits", default="",
+                    help="also time the decode backend with each of these K split counts per item (decode@sN)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     BACKENDS[:] = ["" if b == "default" else b for b in args.backends.split(",") if b]
+    BACKENDS.extend(f"decode@s{int(x)}" for x in args.decode_splits.split(",") if x)
     gen = torch.Generator().manual_seed(0)
     copy_gbs = e2e.copy_bandwidth(1 << 30, 10) / 1e9  # bytes read + written
     print(f"device copy bandwidth {copy_gbs:.0f} GB/s; L2 {l2_bytes() >> 20} MB")

@@ -60,3 +60,14 @@ def set_decode_deep_ring(enabled):
 
 def decode_deep_ring():
     return bool(lib.decode_deep_ring_get())
+
+
+def set_grouped_decode_splits(splits):
+    """The grouped decode backend's K splits per item for launches made afterwards
+    (include/fp8route/tuning/gemm_knobs.h): 0 (the default) follows its rule; 1..8 asks for that many
+    where they fit. For bench/moe_bench.py's comparison of split counts."""
+    lib.grouped_decode_splits_set(int(splits))
+
+
+def grouped_decode_splits():
+    return int(lib.grouped_decode_splits_get())

@@ -379,6 +379,14 @@ int64_t chain_trace_tick_ns() {
 // The decode backend's deep ring (include/fp8route/tuning/gemm_knobs.h), for the chain bench's A/B.
 void decode_deep_ring_set(bool enabled) { fp8route::gemm::set_decode_deep_ring(enabled); }
 bool decode_deep_ring_get() { return fp8route::gemm::decode_deep_ring(); }
+// The grouped decode backend's split count (gemm_knobs.h), for moe_bench's comparison.
+void grouped_decode_splits_set(int64_t splits) {
+  guarded([&] {
+    FP8ROUTE_CHECK(splits >= 0 && splits <= 8, "splits: 0 (the rule) or 1..8, got " << splits);
+    fp8route::moe::set_grouped_decode_splits(static_cast<int>(splits));
+  });
+}
+int64_t grouped_decode_splits_get() { return fp8route::moe::grouped_decode_splits(); }
 // buf: int32 [n + 1] on the GPU; the chain runs on the current stream (capturable).
 void chain_trace_empty_chain(FfiTensor buf, int64_t n, int64_t blocks, bool pdl) {
   guarded([&] {
@@ -891,3 +899,5 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_tick_ns, chain_trace_tick_ns);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(chain_trace_empty_chain, chain_trace_empty_chain);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_deep_ring_set, decode_deep_ring_set);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_deep_ring_get, decode_deep_ring_get);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_decode_splits_set, grouped_decode_splits_set);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_decode_splits_get, grouped_decode_splits_get);

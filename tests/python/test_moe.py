@@ -149,6 +149,42 @@ def test_grouped_masked_block_matches_scaled_mm_per_expert():
 
 
 @gpu
+@pytest.mark.parametrize("scale", ["row", "block"])
+def test_grouped_decode_split_counts_agree(scale):
+    # The decode backend's split knob (bench/moe_bench.py --decode-splits): every split count computes
+    # the same products, summed in another order.
+    import fp8route
+    from fp8route import chain_trace
+    e, m_max, n, k = 8, 4, 256, 2048
+    x = torch.randn(e, m_max, k, dtype=torch.bfloat16, device="cuda")
+    masked_m = torch.tensor([4, 0, 1, 3, 0, 0, 2, 4], dtype=torch.int32, device="cuda")
+    b = _fp8((e, n, k))
+    if scale == "block":
+        q, s = fp8route.masked_per_token_group_quant(x, masked_m, layout="col_major_tma")
+        sb = torch.rand(e, n // 128, k // 128, device="cuda") + 0.5
+    else:
+        q = x.clamp(-448, 448).to(torch.float8_e4m3fn)
+        s = torch.rand(e, m_max, device="cuda") + 0.5
+        sb = torch.rand(e, n, device="cuda") + 0.5
+    outs = {}
+    try:
+        for splits in (0, 1, 2, 4, 8):
+            chain_trace.set_grouped_decode_splits(splits)
+            assert chain_trace.grouped_decode_splits() == splits
+            outs[splits] = moe.grouped_scaled_mm(q, b, s, sb, masked_m=masked_m, scale=scale, backend="decode")
+    finally:
+        chain_trace.set_grouped_decode_splits(0)
+    for ex, cnt in enumerate(masked_m.tolist()):
+        want = outs[0][ex, :cnt].float()
+        assert cnt == 0 or want.abs().max() > 0
+        for splits, out in outs.items():
+            torch.testing.assert_close(out[ex, :cnt].float(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item(),
+                                       msg=lambda m: f"splits {splits}, expert {ex}: {m}")
+    with pytest.raises(ValueError, match="splits: 0"):
+        chain_trace.set_grouped_decode_splits(9)
+
+
+@gpu
 def test_grouped_errors_name_the_argument():
     a, b = _fp8((8, 256)), _fp8((2, 128, 256))
     sa, sb = torch.ones(8, device="cuda"), torch.ones(2, 128, device="cuda")

@@ -16,7 +16,7 @@ t() { local name=$1 tmo=$2; shift 2; local s=$(date +%s); timeout "$tmo" "$@" > 
       echo "$name rc $? $(( $(date +%s) - s )) s" | tee -a $R/rc.txt; }
 snap() { tar czf $OUT/moe1.tgz -C /tmp moe1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv > $R/gpu.txt 2>&1
-STEPS=" ${STEPS:-1 2 3 4 5} "
+STEPS=" ${STEPS:-1 2 2b 3 4 5} "
 on() { [[ "$STEPS" == *" $1 "* ]]; }
 # 1. Correctness: the grouped cutlass backend, the default rule, the Python MoE suites (the rewritten
 #    tolerances, every glue kernel against its reference, Fp8MoE on both glues).
@@ -31,6 +31,14 @@ if on 2; then
 t moe_bench 150 python3 bench/moe_bench.py --layers qwen3_30b_a3b.gate_up,deepseek_v3.gate_up,deepseek_v3.down \
   --m 1,4,16,64 --active 8,all --prefill 512,2048 --scales row,block --json $R/moe_bench.json
 tail -30 $R/moe_bench.txt; snap
+fi
+# 2b. The decode backend's split counts (decode@sN) at 1 row on 8 active experts: what its split
+#     rule chooses between where the batch-1 layer spends its GEMM time.
+if on 2b; then
+t moe_splits 120 python3 bench/moe_bench.py --layers qwen3_30b_a3b.gate_up,qwen3_30b_a3b.down,deepseek_v3.gate_up,deepseek_v3.down \
+  --m 1 --active 8 --prefill "" --scales row,block --backends default,decode,wgmma --decode-splits 1,2,4,8 \
+  --json $R/moe_splits.json
+tail -30 $R/moe_splits.txt; snap
 fi
 # 3. The Qwen3-30B-A3B MoE layer and decoder end to end (16 layers), and a DeepSeek-V3 EP-8 rank's MoE
 #    layer (sigmoid grouped top-k in moe_grouped_topk), each against torch.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <iterator>
 #include <map>
@@ -16,6 +17,7 @@
 #include <utility>
 
 #include "fp8route/tuning/cuda_check.h"
+#include "fp8route/tuning/gemm_knobs.h"
 #include "core/launch.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
@@ -50,7 +52,7 @@ constexpr int kMaxRows = 8 * kConfigs[kNumConfigs - 1].token_tiles;
 // Active experts the split rule plans for when the host cannot bound them (masked form): a decode
 // step of one token activates top-k experts, 8 in every catalog model; planning for the fewest
 // active experts fills the GPU where that matters most, and more active experts only pay a cluster
-// reduction per item. Replaced by measured routing later.
+// reduction per item.
 constexpr int64_t kPlannedActive = 8;
 
 using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const dk::Params);
@@ -121,7 +123,14 @@ Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
            (skb * k.max_m * 4 <= dk::kSaBytes && skb * 4 <= dk::kSbBytes);
   };
   auto waves = [&](int64_t splits) { return ceil_div(items, slots[splits] / splits); };
-  const decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves);
+  decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves);
+  if (const int64_t asked = grouped_decode_splits(); asked > 0 && asked <= std::min<int64_t>(kblocks, dk::kMaxSplits)) {
+    const int64_t skb = ceil_div(kblocks, asked);
+    if (ceil_div(kblocks, skb) == asked && fits(skb) && slots[asked] >= asked) {
+      s.splits = static_cast<int>(asked);
+      s.split_kblocks = static_cast<int>(skb);
+    }
+  }
   Launch l;
   l.splits = s.splits;
   l.split_kblocks = s.split_kblocks;
@@ -174,7 +183,15 @@ class DecodeBackend final : public GroupedBackend {
   }
 };
 
+std::atomic<int>& splits_knob() {
+  static std::atomic<int> splits{0};
+  return splits;
+}
+
 }  // namespace
+
+void set_grouped_decode_splits(int splits) { splits_knob().store(splits, std::memory_order_relaxed); }
+int grouped_decode_splits() { return splits_knob().load(std::memory_order_relaxed); }
 
 const GroupedBackend& decode_backend() {
   static const DecodeBackend b;
