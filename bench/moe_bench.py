@@ -17,7 +17,9 @@ routed) runs only with --backends naming it.
                              [--decode-splits 1,2,4,8] [--json FILE]
 
 --decode-splits adds the decode backend with each of those K split counts per item (where they fit;
-else its rule's), named decode@sN, beside the rule's own choice: what the split rule chooses between.
+else its rule's), named decode@sN, beside the rule's own choice: what the split rule chooses between;
+with more than one split also decode@sNra, the same with the run-ahead reduction (the producer
+streams the next item while the split sums are reduced).
 """
 import argparse
 import json
@@ -64,17 +66,19 @@ def make_set(form, scale, e, n, k, counts, m_max):
 
 def ours(s, form, scale, backend):
     kw = dict(offsets=s["groups"]) if form == "contiguous" else dict(masked_m=s["groups"])
-    backend, _, splits = backend.partition("@s")  # decode@sN: N K splits (a launch knob, set around the call)
+    # decode@sN: N K splits; decode@sNra: with the run-ahead reduction (launch knobs, set around the call)
+    backend, _, knob = backend.partition("@s")
+    splits, run_ahead = int(knob.removesuffix("ra") or 0), knob.endswith("ra")
 
     def call():
-        if splits:
-            chain_trace.set_grouped_decode_splits(int(splits))
+        chain_trace.set_grouped_decode_splits(splits)
+        chain_trace.set_grouped_decode_run_ahead(run_ahead)
         try:
             return fp8route.grouped_scaled_mm(s["a"], s["b"], s["sa"], s["sb"], scale=scale, out=s["out"],
                                               backend=backend, **kw)
         finally:
-            if splits:
-                chain_trace.set_grouped_decode_splits(0)
+            chain_trace.set_grouped_decode_splits(0)
+            chain_trace.set_grouped_decode_run_ahead(False)
     return call
 
 
@@ -134,11 +138,13 @@ def main():
                     "than m; default m (every active expert full, the worst case of a kernel whose time "
                     "follows the rows an expert holds)")
     ap.add_argument("--decode-splits", default="",
-                    help="also time the decode backend with each of these K split counts per item (decode@sN)")
+                    help="also time the decode backend with each of these K split counts per item (decode@sN; "
+                    "above 1 also decode@sNra, the run-ahead reduction)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     BACKENDS[:] = ["" if b == "default" else b for b in args.backends.split(",") if b]
-    BACKENDS.extend(f"decode@s{int(x)}" for x in args.decode_splits.split(",") if x)
+    for x in (x for x in args.decode_splits.split(",") if x):
+        BACKENDS.extend([f"decode@s{int(x)}"] + ([f"decode@s{int(x)}ra"] if int(x) > 1 else []))
     gen = torch.Generator().manual_seed(0)
     copy_gbs = e2e.copy_bandwidth(1 << 30, 10) / 1e9  # bytes read + written
     print(f"device copy bandwidth {copy_gbs:.0f} GB/s; L2 {l2_bytes() >> 20} MB")

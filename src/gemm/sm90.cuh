@@ -86,6 +86,29 @@ __device__ __forceinline__ float ld_peer_f32(uint32_t local_addr, int rank) {
   return v;
 }
 
+// Arrive with release at cluster scope on the barrier at the same shared-memory offset in cluster
+// block `rank`: the waiter (mbar_wait_cluster) then sees this thread's earlier shared-memory writes
+// and reads as done, and those its block barriers ordered before them.
+__device__ __forceinline__ void mbar_arrive_cluster_release(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n"
+      " mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
+// mbar_wait with acquire at cluster scope (pairs with mbar_arrive_cluster_release).
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "wait_%=:\n"
+      " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
 // Output element conversions (bf16, f16), round to nearest.
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }

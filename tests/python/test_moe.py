@@ -151,13 +151,15 @@ def test_grouped_masked_block_matches_scaled_mm_per_expert():
 @gpu
 @pytest.mark.parametrize("scale", ["row", "block"])
 def test_grouped_decode_split_counts_agree(scale):
-    # The decode backend's split knob (bench/moe_bench.py --decode-splits): every split count computes
-    # the same products, summed in another order.
+    # The decode backend's split knobs (bench/moe_bench.py --decode-splits): every split count computes
+    # the same products, summed in another order; several items per cluster (up to 64 experts x 4
+    # row blocks) exercise the run-ahead hand-over from one item to the next.
     import fp8route
     from fp8route import chain_trace
-    e, m_max, n, k = 8, 4, 256, 2048
+    e, m_max, n, k = 64, 4, 512, 2048  # 4 row blocks of 128 per expert: more items than clusters
     x = torch.randn(e, m_max, k, dtype=torch.bfloat16, device="cuda")
-    masked_m = torch.tensor([4, 0, 1, 3, 0, 0, 2, 4], dtype=torch.int32, device="cuda")
+    masked_m = torch.randint(0, m_max + 1, (e,), dtype=torch.int32, device="cuda")
+    masked_m[:3] = torch.tensor([0, m_max, 1])
     b = _fp8((e, n, k))
     if scale == "block":
         q, s = fp8route.masked_per_token_group_quant(x, masked_m, layout="col_major_tma")
@@ -172,11 +174,20 @@ def test_grouped_decode_split_counts_agree(scale):
             chain_trace.set_grouped_decode_splits(splits)
             assert chain_trace.grouped_decode_splits() == splits
             outs[splits] = moe.grouped_scaled_mm(q, b, s, sb, masked_m=masked_m, scale=scale, backend="decode")
+            # The run-ahead reduction sums the same partial sums in the same order: bit for bit.
+            chain_trace.set_grouped_decode_run_ahead(True)
+            ahead = moe.grouped_scaled_mm(q, b, s, sb, masked_m=masked_m, scale=scale, backend="decode")
+            chain_trace.set_grouped_decode_run_ahead(False)
+            for ex, cnt in enumerate(masked_m.tolist()):
+                assert torch.equal(ahead[ex, :cnt], outs[splits][ex, :cnt]), f"run-ahead, splits {splits}, expert {ex}"
     finally:
         chain_trace.set_grouped_decode_splits(0)
+        chain_trace.set_grouped_decode_run_ahead(False)
     for ex, cnt in enumerate(masked_m.tolist()):
+        if cnt == 0:
+            continue
         want = outs[0][ex, :cnt].float()
-        assert cnt == 0 or want.abs().max() > 0
+        assert want.abs().max() > 0
         for splits, out in outs.items():
             torch.testing.assert_close(out[ex, :cnt].float(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item(),
                                        msg=lambda m: f"splits {splits}, expert {ex}: {m}")

@@ -169,6 +169,7 @@ class DecodeBackend final : public GroupedBackend {
     kp.split_kblocks = l.split_kblocks;
     kp.splits = l.splits;
     kp.row_blocks = static_cast<int>(ceil_div(p.n, k.rows));
+    kp.run_ahead = grouped_decode_run_ahead() ? 1 : 0;
     const CUtensorMap wmap = gemm::batched_byte_matrix_map(ops.b, p.experts, p.n, p.k, k.rows, "grouped decode");
     const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows(p), p.k, p.k, 8, "grouped decode");
     const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
@@ -187,11 +188,17 @@ std::atomic<int>& splits_knob() {
   static std::atomic<int> splits{0};
   return splits;
 }
+std::atomic<bool>& run_ahead_knob() {
+  static std::atomic<bool> run_ahead{false};
+  return run_ahead;
+}
 
 }  // namespace
 
 void set_grouped_decode_splits(int splits) { splits_knob().store(splits, std::memory_order_relaxed); }
 int grouped_decode_splits() { return splits_knob().load(std::memory_order_relaxed); }
+void set_grouped_decode_run_ahead(bool enabled) { run_ahead_knob().store(enabled, std::memory_order_relaxed); }
+bool grouped_decode_run_ahead() { return run_ahead_knob().load(std::memory_order_relaxed); }
 
 const GroupedBackend& decode_backend() {
   static const DecodeBackend b;
