@@ -78,6 +78,13 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+// The address of the same shared-memory offset in cluster block `rank`.
+__device__ __forceinline__ uint32_t peer_addr(uint32_t local_addr, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local_addr), "r"(rank));
+  return remote;
+}
+
 __device__ __forceinline__ float ld_peer_f32(uint32_t local_addr, int rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local_addr), "r"(rank));
@@ -90,12 +97,7 @@ __device__ __forceinline__ float ld_peer_f32(uint32_t local_addr, int rank) {
 // block `rank`: the waiter (mbar_wait_cluster) then sees this thread's earlier shared-memory writes
 // and reads as done, and those its block barriers ordered before them.
 __device__ __forceinline__ void mbar_arrive_cluster_release(uint32_t bar, uint32_t rank) {
-  asm volatile(
-      "{\n .reg .b32 remote;\n"
-      " mapa.shared::cluster.u32 remote, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
-      "r"(rank)
-      : "memory");
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(peer_addr(bar, rank)) : "memory");
 }
 
 // mbar_wait with acquire at cluster scope (pairs with mbar_arrive_cluster_release).
