@@ -19,7 +19,8 @@ routed) runs only with --backends naming it.
 --decode-splits adds the decode backend with each of those K split counts per item (where they fit;
 else its rule's), named decode@sN, beside the rule's own choice: what the split rule chooses between;
 with more than one split also decode@sNra, the same with the run-ahead reduction (the producer
-streams the next item while the split sums are reduced).
+streams the next item while the split sums are reduced), and decode@ra, the run-ahead reduction
+with the split count its rule picks for it.
 """
 import argparse
 import json
@@ -66,9 +67,10 @@ def make_set(form, scale, e, n, k, counts, m_max):
 
 def ours(s, form, scale, backend):
     kw = dict(offsets=s["groups"]) if form == "contiguous" else dict(masked_m=s["groups"])
-    # decode@sN: N K splits; decode@sNra: with the run-ahead reduction (launch knobs, set around the call)
-    backend, _, knob = backend.partition("@s")
-    splits, run_ahead = int(knob.removesuffix("ra") or 0), knob.endswith("ra")
+    # decode@sN: N K splits; decode@ra, decode@sNra: the run-ahead reduction, by its rule or with N
+    # splits (launch knobs, set around the call)
+    backend, _, knob = backend.partition("@")
+    splits, run_ahead = int(knob.removesuffix("ra").removeprefix("s") or 0), knob.endswith("ra")
 
     def call():
         chain_trace.set_grouped_decode_splits(splits)
@@ -143,6 +145,8 @@ def main():
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     BACKENDS[:] = ["" if b == "default" else b for b in args.backends.split(",") if b]
+    if args.decode_splits:
+        BACKENDS.append("decode@ra")
     for x in (x for x in args.decode_splits.split(",") if x):
         BACKENDS.extend([f"decode@s{int(x)}"] + ([f"decode@s{int(x)}ra"] if int(x) > 1 else []))
     gen = torch.Generator().manual_seed(0)

@@ -123,7 +123,7 @@ Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
            (skb * k.max_m * 4 <= dk::kSaBytes && skb * 4 <= dk::kSbBytes);
   };
   auto waves = [&](int64_t splits) { return ceil_div(items, slots[splits] / splits); };
-  decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves);
+  decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves, grouped_decode_run_ahead());
   if (const int64_t asked = grouped_decode_splits(); asked > 0 && asked <= std::min<int64_t>(kblocks, dk::kMaxSplits)) {
     const int64_t skb = ceil_div(kblocks, asked);
     if (ceil_div(kblocks, skb) == asked && fits(skb) && slots[asked] >= asked) {
