@@ -16,7 +16,7 @@ t() { local name=$1 tmo=$2; shift 2; local s=$(date +%s); timeout "$tmo" "$@" > 
       echo "$name rc $? $(( $(date +%s) - s )) s" | tee -a $R/rc.txt; }
 snap() { tar czf $OUT/moe1.tgz -C /tmp moe1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv > $R/gpu.txt 2>&1
-STEPS=" ${STEPS:-1 2 2b 3 4 5} "
+STEPS=" ${STEPS:-1 2 2b 3 3r 3b 4 5} "
 on() { [[ "$STEPS" == *" $1 "* ]]; }
 # 1. Correctness: the grouped cutlass backend, the default rule, the Python MoE suites (the rewritten
 #    tolerances, every glue kernel against its reference, Fp8MoE on both glues).
@@ -48,6 +48,17 @@ fi
 #    layer (sigmoid grouped top-k in moe_grouped_topk), each against torch.
 if on 3; then
 t moe_layer 75 python3 bench/moe_e2e.py --mode layer --batches 1,8,32 --torch-glue --profile --json $R/moe_layer.json
+tail -12 $R/moe_layer.txt; snap
+fi
+# 3r. The layer at batch 1 and 8, row and block scales, each with and without the decode backend's
+#     run-ahead split K (its own rule), with the per-kernel profile.
+if on 3r; then
+t moe_layer_ra 75 python3 bench/moe_e2e.py --mode layer --batches 1,8 --variants fp8route,fp8route:block \
+  --decode-run-ahead --profile --json $R/moe_layer_ra.json
+tail -6 $R/moe_layer_ra.txt; snap
+fi
+# 3b. The decoder, the DeepSeek-V3 EP-8 layer and the contiguous form's layer.
+if on 3b; then
 t moe_model 90 python3 bench/moe_e2e.py --mode model --layers 16 --batches 1,32 --iters 30 --json $R/moe_model.json
 t moe_layer_ds 90 python3 bench/moe_e2e.py --mode layer --model deepseek-v3-ep8 --moe-layers 4 --batches 1,8,32 \
   --variants fp8route,torch_fp8 --torch-glue --json $R/moe_layer_ds.json
@@ -55,7 +66,7 @@ t moe_layer_ds 90 python3 bench/moe_e2e.py --mode layer --model deepseek-v3-ep8 
 # against the same layer on the torch glue.
 t moe_layer_prefill 90 python3 bench/moe_e2e.py --mode layer --batches 128,512,2048 --moe-layers 4 --torch-glue \
   --variants fp8route,torch_fp8 --json $R/moe_layer_prefill.json
-tail -12 $R/moe_layer.txt $R/moe_model.txt $R/moe_layer_ds.txt $R/moe_layer_prefill.txt; snap
+tail -12 $R/moe_model.txt $R/moe_layer_ds.txt $R/moe_layer_prefill.txt; snap
 fi
 # 4. The grouped backends on the catalog's real expert shapes against simt (about 1 GB of random
 #    weights per case, 48 cases: about a minute; never run to the end so far).
