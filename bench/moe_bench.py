@@ -17,10 +17,7 @@ routed) runs only with --backends naming it.
                              [--decode-splits 1,2,4,8] [--json FILE]
 
 --decode-splits adds the decode backend with each of those K split counts per item (where they fit;
-else its rule's), named decode@sN, beside the rule's own choice: what the split rule chooses between;
-with more than one split also decode@sNra, the same with the run-ahead reduction (the producer
-streams the next item while the split sums are reduced), and decode@ra, the run-ahead reduction
-with the split count its rule picks for it.
+else its rule's), named decode@sN, beside the rule's own choice: what the split rule chooses between.
 """
 import argparse
 import json
@@ -67,20 +64,16 @@ def make_set(form, scale, e, n, k, counts, m_max):
 
 def ours(s, form, scale, backend):
     kw = dict(offsets=s["groups"]) if form == "contiguous" else dict(masked_m=s["groups"])
-    # decode@sN: N K splits; decode@ra, decode@sNra: the run-ahead reduction, by its rule or with N
-    # splits (launch knobs, set around the call)
-    backend, _, knob = backend.partition("@")
-    splits, run_ahead = int(knob.removesuffix("ra").removeprefix("s") or 0), knob.endswith("ra")
+    backend, _, splits = backend.partition("@s")  # decode@sN: N K splits (a launch knob, set around the call)
+    splits = int(splits or 0)
 
     def call():
         chain_trace.set_grouped_decode_splits(splits)
-        chain_trace.set_grouped_decode_run_ahead(run_ahead)
         try:
             return fp8route.grouped_scaled_mm(s["a"], s["b"], s["sa"], s["sb"], scale=scale, out=s["out"],
                                               backend=backend, **kw)
         finally:
             chain_trace.set_grouped_decode_splits(0)
-            chain_trace.set_grouped_decode_run_ahead(False)
     return call
 
 
@@ -140,15 +133,11 @@ def main():
                     "than m; default m (every active expert full, the worst case of a kernel whose time "
                     "follows the rows an expert holds)")
     ap.add_argument("--decode-splits", default="",
-                    help="also time the decode backend with each of these K split counts per item (decode@sN; "
-                    "above 1 also decode@sNra, the run-ahead reduction)")
+                    help="also time the decode backend with each of these K split counts per item (decode@sN)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     BACKENDS[:] = ["" if b == "default" else b for b in args.backends.split(",") if b]
-    if args.decode_splits:
-        BACKENDS.append("decode@ra")
-    for x in (x for x in args.decode_splits.split(",") if x):
-        BACKENDS.extend([f"decode@s{int(x)}"] + ([f"decode@s{int(x)}ra"] if int(x) > 1 else []))
+    BACKENDS.extend(f"decode@s{int(x)}" for x in args.decode_splits.split(",") if x)
     gen = torch.Generator().manual_seed(0)
     copy_gbs = e2e.copy_bandwidth(1 << 30, 10) / 1e9  # bytes read + written
     print(f"device copy bandwidth {copy_gbs:.0f} GB/s; L2 {l2_bytes() >> 20} MB")

@@ -124,7 +124,6 @@ def profile_kernels(graphs, per_replay, batch, replays=20):
 
 
 def layer_mode(args, moe, bw, e2e, M):
-    from fp8route import chain_trace
     from fp8route.models.backends import _make_backend
     from fp8route.models.moe_ffn import moe_kind
     rows = []
@@ -148,8 +147,6 @@ def layer_mode(args, moe, bw, e2e, M):
             blocks[v + "/torch-glue"] = [ffn(b) for b in made]
             for f in blocks[v + "/torch-glue"]:
                 f.layer._fused_glue = False
-        if args.decode_run_ahead and backend == "fp8route":
-            blocks[v + "/run-ahead"] = [ffn(b) for b in made]
     del made
     print(f"\n== layer: {args.moe_layers} {title} MoE blocks per replay (built in {time.time() - t0:.0f} s)",
           flush=True)
@@ -164,13 +161,10 @@ def layer_mode(args, moe, bw, e2e, M):
                 f.record = False
             active = [f.last_active for f in fs]
             floor[v] = sum(n * f.experts.expert_nbytes() + f.fixed_nbytes() for n, f in zip(active, fs))
-            chain_trace.set_grouped_decode_run_ahead(v.endswith("/run-ahead"))  # launch knob, kept by the capture
             try:
                 graphs[v] = captured(lambda fs=fs: [f(x) for f in fs])
             except Exception as e:  # e.g. a torch build without _scaled_grouped_mm: reported, not timed
                 print(f"  batch {batch} {v}: not run: {str(e).splitlines()[0][:160]}", flush=True)
-            finally:
-                chain_trace.set_grouped_decode_run_ahead(False)
         times = e2e.interleaved_ms({v: g.replay for v, g in graphs.items()}, args.iters, warmup=3, seed=batch)
         for v, ms in times.items():
             us = ms * 1e3 / args.moe_layers
@@ -252,9 +246,6 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", action="store_true",
                     help="layer mode: also each variant's kernels per layer (torch.profiler) after its timing")
-    ap.add_argument("--decode-run-ahead", action="store_true",
-                    help="layer mode: each fp8route variant also as <variant>/run-ahead, captured with the grouped "
-                    "decode backend's run-ahead split K (a launch knob, off by default; docs/benchmarks.md)")
     ap.add_argument("--json", help="write the rows to this file")
     args = ap.parse_args()
     if not torch.cuda.is_available():

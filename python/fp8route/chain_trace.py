@@ -72,13 +72,3 @@ def set_grouped_decode_splits(splits):
 def grouped_decode_splits():
     return int(lib.grouped_decode_splits_get())
 
-
-def set_grouped_decode_run_ahead(enabled):
-    """The grouped decode backend's run-ahead split K (include/fp8route/tuning/gemm_knobs.h) for
-    launches made afterwards: split sums handed over in an area of their own, so that the producer
-    streams the next item during the reduction. Off by default; bit-identical results either way."""
-    lib.grouped_decode_run_ahead_set(bool(enabled))
-
-
-def grouped_decode_run_ahead():
-    return bool(lib.grouped_decode_run_ahead_get())

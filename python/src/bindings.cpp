@@ -387,8 +387,6 @@ void grouped_decode_splits_set(int64_t splits) {
   });
 }
 int64_t grouped_decode_splits_get() { return fp8route::moe::grouped_decode_splits(); }
-void grouped_decode_run_ahead_set(bool enabled) { fp8route::moe::set_grouped_decode_run_ahead(enabled); }
-bool grouped_decode_run_ahead_get() { return fp8route::moe::grouped_decode_run_ahead(); }
 // buf: int32 [n + 1] on the GPU; the chain runs on the current stream (capturable).
 void chain_trace_empty_chain(FfiTensor buf, int64_t n, int64_t blocks, bool pdl) {
   guarded([&] {
@@ -903,5 +901,3 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_deep_ring_set, decode_deep_ring_set);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_deep_ring_get, decode_deep_ring_get);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_decode_splits_set, grouped_decode_splits_set);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_decode_splits_get, grouped_decode_splits_get);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_decode_run_ahead_set, grouped_decode_run_ahead_set);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(grouped_decode_run_ahead_get, grouped_decode_run_ahead_get);

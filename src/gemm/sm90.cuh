@@ -78,37 +78,12 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// The address of the same shared-memory offset in cluster block `rank`.
-__device__ __forceinline__ uint32_t peer_addr(uint32_t local_addr, uint32_t rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local_addr), "r"(rank));
-  return remote;
-}
-
 __device__ __forceinline__ float ld_peer_f32(uint32_t local_addr, int rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local_addr), "r"(rank));
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
   return v;
-}
-
-// Arrive with release at cluster scope on the barrier at the same shared-memory offset in cluster
-// block `rank`: the waiter (mbar_wait_cluster) then sees this thread's earlier shared-memory writes
-// and reads as done, and those its block barriers ordered before them.
-__device__ __forceinline__ void mbar_arrive_cluster_release(uint32_t bar, uint32_t rank) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(peer_addr(bar, rank)) : "memory");
-}
-
-// mbar_wait with acquire at cluster scope (pairs with mbar_arrive_cluster_release).
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "wait_%=:\n"
-      " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra wait_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
 }
 
 // Output element conversions (bf16, f16), round to nearest.

@@ -100,6 +100,11 @@ def _fp8(shape, device="cuda"):
     return (torch.randn(shape, device=device) * 4).clamp(-448, 448).to(torch.float8_e4m3fn)
 
 
+def _abs(codes):
+    """|codes| of an e4m3 tensor, exactly (e4m3 is symmetric)."""
+    return codes.float().abs().to(torch.float8_e4m3fn)
+
+
 def _grouped_ref(a, b, sa, sb, rows_of):
     """Float reference of the row-scaled grouped product over the rows rows_of(e) of each expert."""
     out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device)
@@ -144,16 +149,22 @@ def test_grouped_masked_block_matches_scaled_mm_per_expert():
         if cnt == 0:
             continue
         sa = s[ex][:, :cnt].t()  # the expert's [M, K/128] view
-        want = fp8route.scaled_mm(q[ex, :cnt], b[ex], sa, sb[ex], scale="block", accum="precise")
-        torch.testing.assert_close(out[ex, :cnt].float(), want.float(), rtol=1e-2, atol=1e-2)
+        want = fp8route.scaled_mm(q[ex, :cnt], b[ex], sa, sb[ex], scale="block", accum="precise").float()
+        # As in the contiguous test: outputs that cancel may be off by a small part of the sum of the
+        # |products| (Hopper's narrower FP8 MMA accumulator), beyond bf16 rounding.
+        mag = fp8route.scaled_mm(_abs(q[ex, :cnt]), _abs(b[ex]), sa, sb[ex], scale="block", accum="precise")
+        err = (out[ex, :cnt].float() - want).abs()
+        bound = 2.0**-12 * mag.float() + 2.0**-8 * want.abs()
+        assert (err <= bound).all(), \
+            f"expert {ex}: {(err > bound).sum().item()} outputs off; worst err / bound {(err / bound).max():.3g}"
 
 
 @gpu
 @pytest.mark.parametrize("scale", ["row", "block"])
 def test_grouped_decode_split_counts_agree(scale):
     # The decode backend's split knobs (bench/moe_bench.py --decode-splits): every split count computes
-    # the same products, summed in another order; several items per cluster (up to 64 experts x 4
-    # row blocks) exercise the run-ahead hand-over from one item to the next.
+    # the same products, summed in another order (up to 64 experts x 4 row blocks: several items per
+    # cluster).
     import fp8route
     from fp8route import chain_trace
     e, m_max, n, k = 64, 4, 512, 2048  # 4 row blocks of 128 per expert: more items than clusters
@@ -174,15 +185,8 @@ def test_grouped_decode_split_counts_agree(scale):
             chain_trace.set_grouped_decode_splits(splits)
             assert chain_trace.grouped_decode_splits() == splits
             outs[splits] = moe.grouped_scaled_mm(q, b, s, sb, masked_m=masked_m, scale=scale, backend="decode")
-            # The run-ahead reduction sums the same partial sums in the same order: bit for bit.
-            chain_trace.set_grouped_decode_run_ahead(True)
-            ahead = moe.grouped_scaled_mm(q, b, s, sb, masked_m=masked_m, scale=scale, backend="decode")
-            chain_trace.set_grouped_decode_run_ahead(False)
-            for ex, cnt in enumerate(masked_m.tolist()):
-                assert torch.equal(ahead[ex, :cnt], outs[splits][ex, :cnt]), f"run-ahead, splits {splits}, expert {ex}"
     finally:
         chain_trace.set_grouped_decode_splits(0)
-        chain_trace.set_grouped_decode_run_ahead(False)
     for ex, cnt in enumerate(masked_m.tolist()):
         if cnt == 0:
             continue

@@ -503,8 +503,10 @@ def test_scatter_unique_rows_is_the_default_on_a_dispatch(form, t):
         q0, s0 = scatter(x, src2dst, rows, **kw)
         q1, s1 = (o.clone() for o in (q0, s0))
         scatter(x, src2dst, rows, out=(q1, s1), unique_rows=True, **kw)
+        # Bit for bit over the whole buffers: rows no entry maps stay as they were (uninitialized,
+        # possibly NaN, in both).
         assert torch.equal(q1.view(torch.uint8), q0.view(torch.uint8)), _msg(f"{scatter.__name__} codes")
-        assert torch.equal(s1, s0), _msg(f"{scatter.__name__} scales")
+        assert torch.equal(s1.view(torch.int32), s0.view(torch.int32)), _msg(f"{scatter.__name__} scales")
         q2, s2 = scatter(x, src2dst, rows, unique_rows=True, **kw)
         held = src2dst[src2dst >= 0].long()
         assert torch.equal(q2.view(torch.uint8)[held], q0.view(torch.uint8)[held]), _msg("allocated, unique_rows")

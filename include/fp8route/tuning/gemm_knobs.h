@@ -24,13 +24,4 @@ namespace fp8route::moe {
 void set_grouped_decode_splits(int splits);
 int grouped_decode_splits();
 
-// The grouped decode backend's run-ahead split K (src/moe/decode/kernel.cuh): each item's split sums
-// in an area of their own, handed over by cluster-scope barriers among the consumer warps, so that
-// the producer streams the next item's tiles during the reduction (default: the sums reuse the ring
-// and the producer waits); its split rule then counts a block's start and end once, not per wave.
-// Off until measured (bench/moe_bench.py --decode-splits: decode@ra, decode@sNra); the outputs are
-// bit-identical for the same split count.
-void set_grouped_decode_run_ahead(bool enabled);
-bool grouped_decode_run_ahead();
-
 }  // namespace fp8route::moe

@@ -74,10 +74,8 @@ struct Split {
 // shorter blocks. The splits of a row range form one cluster, whose blocks must be resident at
 // once on one GPC (slots[s]). fits(K blocks per split): the split's block-scale slices fit shared
 // memory; waves(splits): the launcher's waves at that split. splits = 0: no split count fits.
-// run_ahead: a cluster's producers stream one wave's tiles after another without waiting for the
-// reduction (the grouped decode kernel's run-ahead split K), so the start and end are paid once.
 template <class Fits, class Waves>
-Split best_split(int64_t kblocks, const Slots& slots, Fits fits, Waves waves, bool run_ahead = false) {
+Split best_split(int64_t kblocks, const Slots& slots, Fits fits, Waves waves) {
   constexpr double kStartEnd = 2;  // K blocks' worth of streaming: a block's first load and its stores
   constexpr double kReduce = 1;    // the cluster barriers and the read of the peers' sums
   const int64_t max_splits = std::min<int64_t>(kernels::decode::kMaxSplits, kblocks);
@@ -88,9 +86,7 @@ Split best_split(int64_t kblocks, const Slots& slots, Fits fits, Waves waves, bo
     // Fewer slots than one cluster's blocks: no cluster of that size is resident (and waves() would
     // divide by zero).
     if (splits != s || !fits(skb) || slots[splits] < splits) continue;
-    const double w = double(waves(splits));
-    const double cost = (run_ahead && splits > 1 ? w * double(skb) + kStartEnd : w * (double(skb) + kStartEnd)) +
-                        (splits > 1 ? kReduce : 0);
+    const double cost = double(waves(splits)) * (double(skb) + kStartEnd) + (splits > 1 ? kReduce : 0);
     if (best.splits == 0 || cost < best_cost) {
       best_cost = cost;
       best.splits = static_cast<int>(splits);

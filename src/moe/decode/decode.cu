@@ -123,7 +123,7 @@ Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
            (skb * k.max_m * 4 <= dk::kSaBytes && skb * 4 <= dk::kSbBytes);
   };
   auto waves = [&](int64_t splits) { return ceil_div(items, slots[splits] / splits); };
-  decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves, grouped_decode_run_ahead());
+  decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves);
   if (const int64_t asked = grouped_decode_splits(); asked > 0 && asked <= std::min<int64_t>(kblocks, dk::kMaxSplits)) {
     const int64_t skb = ceil_div(kblocks, asked);
     if (ceil_div(kblocks, skb) == asked && fits(skb) && slots[asked] >= asked) {
@@ -169,7 +169,6 @@ class DecodeBackend final : public GroupedBackend {
     kp.split_kblocks = l.split_kblocks;
     kp.splits = l.splits;
     kp.row_blocks = static_cast<int>(ceil_div(p.n, k.rows));
-    kp.run_ahead = grouped_decode_run_ahead() ? 1 : 0;
     const CUtensorMap wmap = gemm::batched_byte_matrix_map(ops.b, p.experts, p.n, p.k, k.rows, "grouped decode");
     const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows(p), p.k, p.k, 8, "grouped decode");
     const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
@@ -188,17 +187,12 @@ std::atomic<int>& splits_knob() {
   static std::atomic<int> splits{0};
   return splits;
 }
-std::atomic<bool>& run_ahead_knob() {
-  static std::atomic<bool> run_ahead{false};
-  return run_ahead;
-}
+
 
 }  // namespace
 
 void set_grouped_decode_splits(int splits) { splits_knob().store(splits, std::memory_order_relaxed); }
 int grouped_decode_splits() { return splits_knob().load(std::memory_order_relaxed); }
-void set_grouped_decode_run_ahead(bool enabled) { run_ahead_knob().store(enabled, std::memory_order_relaxed); }
-bool grouped_decode_run_ahead() { return run_ahead_knob().load(std::memory_order_relaxed); }
 
 const GroupedBackend& decode_backend() {
   static const DecodeBackend b;

@@ -19,12 +19,9 @@
 //   never stored, and their scales are never read.
 // - Each 128-wide K block's products are summed in fp32 registers outside the tensor core (block
 //   scales: times sa[m, kb] * sb[e, n / 128, kb]), as the dense decode kernel does.
-// - Split K: each block sums a share of the item's outputs over the peers' shared memory in split
-//   order (deterministic). By default the ring holds the sums and the item ends in two cluster
-//   barriers, so the producer waits for the reduction before streaming the next item. With
-//   run_ahead the sums go to an area of their own, handed over by two cluster-scope mbarriers
-//   (sums written; peers done reading) among the consumer warps only, and the producer streams the
-//   next item's tiles while the consumers reduce. Without splits the producer always runs ahead.
+// - Split K: after a cluster barrier each block sums a share of the item's outputs over the peers'
+//   shared memory in split order (deterministic). The ring holds the sums, so the producer waits at
+//   the item's two cluster barriers before streaming the next item; without splits it runs ahead.
 // - Programmatic dependent launch: every thread waits for the previous kernel before its first
 //   global read (the counts may be written by it); the producer lets dependents launch once its
 //   last load is issued.
@@ -55,7 +52,6 @@ struct Params : moe::GroupedArgs {
   int split_kblocks;  // K blocks per split (the last split may have fewer)
   int splits;         // cluster size along y; 1 = no cluster
   int row_blocks;     // ceil(N / kRows)
-  int run_ahead;      // split K: sums in their own area, the producer not waiting for the reduction
 };
 
 template <int kTokenTiles, int kRowTilesPerWarp, int kStages>
@@ -68,11 +64,9 @@ struct Traits : decode::Tiles<kTokenTiles, kRowTilesPerWarp> {
   static constexpr int kActOff = kWeightOff + kStages * kWeightTile;
   static constexpr int kSaOff = kActOff + kStages * kActTile;
   static constexpr int kSbOff = kSaOff + kSaBytes;
-  static constexpr int kRedOff = kSbOff + kSbBytes;  // run_ahead's sums [kMaxM][kRedLd]
-  static constexpr int kPrefixOff = kRedOff + kRedBytes;
+  static constexpr int kPrefixOff = kSbOff + kSbBytes;
   static constexpr int kBarOff = kPrefixOff + (kMaxExperts + 1 + 1) / 2 * 8;
-  // The ring's full and empty barriers, then run_ahead's sums-written and sums-read barriers.
-  static constexpr int kBytes = kBarOff + (2 * kStages + 2) * 8;
+  static constexpr int kBytes = kBarOff + 2 * kStages * 8;
   static constexpr int kSmemBytes = kBytes + 1024;  // + alignment slack of the dynamic base
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
   static_assert(128 % kRows == 0, "a block's rows lie in one 128-row weight scale block");
@@ -109,7 +103,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t base = smem_u32(smem);
   const uint32_t full0 = base + T::kBarOff, empty0 = full0 + kStages * 8;
-  const uint32_t sums_full = empty0 + kStages * 8, sums_free = sums_full + 8;
   float* sa_s = reinterpret_cast<float*>(smem + T::kSaOff);
   float* sb_s = reinterpret_cast<float*>(smem + T::kSbOff);
   int* prefix = reinterpret_cast<int*>(smem + T::kPrefixOff);
@@ -119,15 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int nk = min(p.kblocks, kb0 + p.split_kblocks) - kb0;
   const bool block_scales = p.scale_kind == 2;
 
-  // run_ahead with split K: each item's sums-written and sums-read barriers take one arrival per
-  // block of the cluster; a cluster barrier publishes their initialization to the peers.
-  const bool hand_over = p.run_ahead && p.splits > 1;
-  if (hand_over && threadIdx.x == 0) {
-    mbar_init(sums_full, p.splits);
-    mbar_init(sums_free, p.splits);
-  }
   init_ring(full0, empty0, kStages);
-  if (hand_over) cluster_sync();
   griddep_wait();
   // One tile per expert with rows: prefix[e] is e's rank among the active experts. The scan's
   // barriers also publish the barrier initialization.
@@ -148,23 +133,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     return it;
   };
 
-  // Split K: this block's share of the item's [count x rows] outputs, each the sum of the blocks'
-  // sums at `sums` (the same offset in every block) in rank order, by `threads` threads from `tid`.
-  const auto reduce_share = [&](const Item& it, uint32_t sums, int tid, int threads) {
+  // Split K: the item's sums are in every block's ring; this block finishes its share of the
+  // [count x rows] outputs, summing the splits in rank order. All threads of the block take part.
+  const auto reduce = [&](const Item& it) {
+    cluster_sync();
     const SplitShare sh = split_share<T::kRows>(p.n, it.row0, it.gr.count, p.splits);
-    for (int idx = sh.first + tid; idx < sh.last; idx += threads) {
+    for (int idx = sh.first + threadIdx.x; idx < sh.last; idx += kThreads) {
       const int m = idx / sh.rows, r = idx % sh.rows, n = it.row0 + r, a_row = it.gr.row0 + m;
-      const float v = peer_sum<T::kRedLd>(sums, m, r, p.splits);
+      const float v = peer_sum<T::kRedLd>(base + T::kWeightOff, m, r, p.splits);
       const float sa = block_scales ? 1.f : act_scale(p, it.e, a_row);
       const float sb = block_scales ? 1.f : weight_scale(p, it.e, n);
       store<OutT>(p, v, sa, sb, a_row, n);
     }
-  };
-  // The ring holds the item's sums in every block: all threads of the block take part, between two
-  // cluster barriers.
-  const auto reduce = [&](const Item& it) {
-    cluster_sync();
-    reduce_share(it, base + T::kWeightOff, threadIdx.x, kThreads);
     // The ring is written next by the tensor memory accelerator (the async proxy).
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     cluster_sync();  // peers read this block's sums until here
@@ -189,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       __syncwarp();
-      if (p.splits > 1 && !hand_over) reduce(it);
+      if (p.splits > 1) reduce(it);
     }
     griddep_launch_dependents();
     return;
@@ -201,7 +181,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tile0 = warp * RT * 16;  // this warp's first row in the block
   const MmaLanes lanes = mma_lanes(lane);
 
-  int handed = 0;  // run_ahead: items whose sums this block handed over
   for (int w = blockIdx.x; w < items; w += gridDim.x) {
     const Item it = item(w);
     const int e = it.e, count = it.gr.count, nt = it.nt;
@@ -267,32 +246,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (n < p.n && m < count)
               store<OutT>(p, acc[r][j][q], e_sa[j][q & 1], e_sb[r][q >> 1], it.gr.row0 + m, n);
           }
-    } else if (!hand_over) {
+    } else {
       // Every stage of the item was consumed and the producer streams nothing more before the
       // reduction ends, so the ring is free for the sums.
       write_sums<T::kRedLd>(reinterpret_cast<float*>(smem + T::kWeightOff), acc, g, t, tile0);
       reduce(it);
-    } else {
-      // The peers have read this block's sums of the previous item; this item's go in their place.
-      if (handed > 0) mbar_wait_cluster(sums_free, (handed - 1) & 1);
-      write_sums<T::kRedLd>(reinterpret_cast<float*>(smem + T::kRedOff), acc, g, t, tile0);
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));  // every consumer's sums written
-      if (tid == 0) {
-        asm volatile("fence.acq_rel.cluster;" ::: "memory");
-        for (int q = 0; q < p.splits; ++q) mbar_arrive_cluster_release(sums_full, q);
-      }
-      mbar_wait_cluster(sums_full, handed & 1);  // every block's sums written
-      reduce_share(it, base + T::kRedOff, tid, kConsumerWarps * 32);
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));  // every consumer done reading
-      if (tid == 0) {
-        asm volatile("fence.acq_rel.cluster;" ::: "memory");
-        for (int q = 0; q < p.splits; ++q) mbar_arrive_cluster_release(sums_free, q);
-      }
-      ++handed;
     }
   }
-  // Peers may still read this block's last sums: its shared memory must outlive their reads.
-  if (handed > 0) mbar_wait_cluster(sums_free, (handed - 1) & 1);
 }
 
 }  // namespace fp8route::kernels::moe_decode
