@@ -151,10 +151,11 @@ def test_grouped_masked_block_matches_scaled_mm_per_expert():
         sa = s[ex][:, :cnt].t()  # the expert's [M, K/128] view
         want = fp8route.scaled_mm(q[ex, :cnt], b[ex], sa, sb[ex], scale="block", accum="precise").float()
         # As in the contiguous test: outputs that cancel may be off by a small part of the sum of the
-        # |products| (Hopper's narrower FP8 MMA accumulator), beyond bf16 rounding.
+        # |products| (Hopper's narrower FP8 MMA accumulator, here over 8 K blocks, each rounded to
+        # fp32 and scaled), beyond bf16 rounding.
         mag = fp8route.scaled_mm(_abs(q[ex, :cnt]), _abs(b[ex]), sa, sb[ex], scale="block", accum="precise")
         err = (out[ex, :cnt].float() - want).abs()
-        bound = 2.0**-12 * mag.float() + 2.0**-8 * want.abs()
+        bound = 2.0**-11 * mag.float() + 2.0**-8 * want.abs()
         assert (err <= bound).all(), \
             f"expert {ex}: {(err > bound).sum().item()} outputs off; worst err / bound {(err / bound).max():.3g}"
 
