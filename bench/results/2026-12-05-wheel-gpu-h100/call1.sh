@@ -44,10 +44,10 @@ for m, n, k in [(1, 4096, 4096), (16, 6144, 4096), (300, 1024, 2048)]:
         err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
         return err < 2e-2, f"max err / max |ref| {err:.2e}"
     def quant():
-        amax = a.abs().amax(1, keepdim=True).clamp_min(1e-10)   # docs/numerics.md: s = amax/448, q = sat(x * (448/amax))
+        amax = a.abs().amax(1, keepdim=True).clamp_min(1e-10)   # docs/numerics.md: s = amax/448 correctly rounded (torch's tensor / scalar on CUDA multiplies by the reciprocal), q = sat(x * (448/amax))
         q_ref = (a * (448.0 / amax)).clamp(-448, 448).to(torch.float8_e4m3fn)
         ndiff = (qa.view(torch.uint8) != q_ref.view(torch.uint8)).sum().item()
-        return sa.shape == (m, 1) and torch.equal(sa, amax / 448.0) and ndiff == 0, \
+        return sa.shape == (m, 1) and torch.equal(sa, (amax.double() / 448.0).float()) and ndiff == 0, \
             f"scale shape {tuple(sa.shape)}, {ndiff} codes differ"
     def drop_mm():
         eng = vllm.cutlass_scaled_mm(qa, w.t(), sa, sb, torch.bfloat16)
