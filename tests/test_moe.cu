@@ -620,6 +620,15 @@ TEST(MoeFast, CutlassGrouped) {
 // decode while M_total <= 16 (<= 8 with block scales); else wgmma; simt for what neither runs.
 TEST(MoeFast, DefaultBackendRule) {
   SKIP_WITHOUT_SM90();
+  // The rule alone: without the process-wide grouped table (a shipped one would decide), restored
+  // after.
+  struct NoTable {
+    const std::string path = grouped_table_info().path;
+    NoTable() { load_default_grouped_table(""); }
+    ~NoTable() {
+      if (!path.empty()) load_default_grouped_table(path);
+    }
+  } no_table;
   GroupedProblem p;
   p.form = GroupedForm::masked, p.experts = 32, p.rows = 8, p.n = 4096, p.k = 7168, p.scale = ScaleKind::block;
   EXPECT_EQ(grouped_default_backend(p), "decode");
