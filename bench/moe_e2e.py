@@ -250,7 +250,6 @@ def main():
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench/moe_e2e.py: needs a CUDA device")
-
     import e2e  # bench/e2e.py: copy_bandwidth, interleaved_ms
     from fp8route import models as M
 

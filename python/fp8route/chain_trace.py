@@ -71,4 +71,3 @@ def set_grouped_decode_splits(splits):
 
 def grouped_decode_splits():
     return int(lib.grouped_decode_splits_get())
-

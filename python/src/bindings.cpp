@@ -382,7 +382,7 @@ bool decode_deep_ring_get() { return fp8route::gemm::decode_deep_ring(); }
 // The grouped decode backend's split count (gemm_knobs.h), for moe_bench's comparison.
 void grouped_decode_splits_set(int64_t splits) {
   guarded([&] {
-    FP8ROUTE_CHECK(splits >= 0 && splits <= 8, "splits: 0 (the rule) or 1..8, got " << splits);
+    FP8ROUTE_CHECK(splits >= 0 && splits <= 0x7FFFFFFF, "splits: 0 (the rule) or 1..8, got " << splits);
     fp8route::moe::set_grouped_decode_splits(static_cast<int>(splits));
   });
 }

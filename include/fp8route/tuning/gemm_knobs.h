@@ -19,8 +19,8 @@ namespace fp8route::moe {
 
 // The grouped decode backend's K splits (src/moe/decode/decode.cu, plan): 0 (the default) follows
 // its split rule; s in [1, 8] asks for s splits per item where they fit (else the rule), so that
-// bench/moe_bench.py can time the split counts the rule chooses between. Results are bit-identical
-// only for the same split count.
+// bench/moe_bench.py can time the split counts the rule chooses between; another value throws
+// invalid_argument. Results are bit-identical only for the same split count.
 void set_grouped_decode_splits(int splits);
 int grouped_decode_splits();
 

@@ -68,6 +68,17 @@ struct Split {
   int splits = 0, split_kblocks = 0;
 };
 
+// s splits of kblocks K blocks, where they can run: s equal shares of K (no empty split), the
+// share's block-scale slices fit (fits), and a cluster of s blocks is resident (slots[s]; fewer
+// slots than one cluster's blocks: none is, and waves() would divide by zero). Else splits = 0.
+// s in [1, kMaxSplits].
+template <class Fits>
+Split split_of(int64_t kblocks, int64_t s, const Slots& slots, Fits fits) {
+  const int64_t skb = ceil_div(kblocks, s);
+  if (ceil_div(kblocks, skb) != s || !fits(skb) || slots[s] < s) return {};
+  return {static_cast<int>(s), static_cast<int>(skb)};
+}
+
 // The split-K rule, from the resident block counts alone (so that CPU tests can check it). The
 // time of a launch is taken as waves x (K blocks per block + a fixed start and end), plus the
 // cluster reduction when K is split: more splits fill the resident slots (and the last wave) with
@@ -82,15 +93,12 @@ Split best_split(int64_t kblocks, const Slots& slots, Fits fits, Waves waves) {
   Split best;
   double best_cost = 0;
   for (int64_t s = 1; s <= max_splits; ++s) {
-    const int64_t skb = ceil_div(kblocks, s), splits = ceil_div(kblocks, skb);
-    // Fewer slots than one cluster's blocks: no cluster of that size is resident (and waves() would
-    // divide by zero).
-    if (splits != s || !fits(skb) || slots[splits] < splits) continue;
-    const double cost = double(waves(splits)) * (double(skb) + kStartEnd) + (splits > 1 ? kReduce : 0);
+    const Split c = split_of(kblocks, s, slots, fits);
+    if (c.splits == 0) continue;
+    const double cost = double(waves(s)) * (double(c.split_kblocks) + kStartEnd) + (s > 1 ? kReduce : 0);
     if (best.splits == 0 || cost < best_cost) {
       best_cost = cost;
-      best.splits = static_cast<int>(splits);
-      best.split_kblocks = static_cast<int>(skb);
+      best = c;
     }
   }
   return best;

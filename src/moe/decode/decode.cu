@@ -124,13 +124,9 @@ Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
   };
   auto waves = [&](int64_t splits) { return ceil_div(items, slots[splits] / splits); };
   decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves);
-  if (const int64_t asked = grouped_decode_splits(); asked > 0 && asked <= std::min<int64_t>(kblocks, dk::kMaxSplits)) {
-    const int64_t skb = ceil_div(kblocks, asked);
-    if (ceil_div(kblocks, skb) == asked && fits(skb) && slots[asked] >= asked) {
-      s.splits = static_cast<int>(asked);
-      s.split_kblocks = static_cast<int>(skb);
-    }
-  }
+  // The split-count knob (gemm_knobs.h), where that count can run.
+  if (const int asked = grouped_decode_splits(); asked > 0 && asked <= kblocks)
+    if (const decode_plan::Split a = decode_plan::split_of(kblocks, asked, slots, fits); a.splits > 0) s = a;
   Launch l;
   l.splits = s.splits;
   l.split_kblocks = s.split_kblocks;
@@ -188,10 +184,13 @@ std::atomic<int>& splits_knob() {
   return splits;
 }
 
-
 }  // namespace
 
-void set_grouped_decode_splits(int splits) { splits_knob().store(splits, std::memory_order_relaxed); }
+void set_grouped_decode_splits(int splits) {
+  FP8ROUTE_CHECK(splits >= 0 && splits <= dk::kMaxSplits,
+                 "splits: 0 (the rule) or 1.." << dk::kMaxSplits << ", got " << splits);
+  splits_knob().store(splits, std::memory_order_relaxed);
+}
 int grouped_decode_splits() { return splits_knob().load(std::memory_order_relaxed); }
 
 const GroupedBackend& decode_backend() {
