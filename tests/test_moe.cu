@@ -26,6 +26,7 @@
 #include "fp8route/gemm.h"
 #include "fp8route/moe.h"
 #include "fp8route/reference.h"
+#include "fp8route/tuning/gemm_knobs.h"
 #include "gemm/decode/plan.cuh"
 #include "gpu_util.h"
 #include "moe_util.h"
@@ -588,6 +589,84 @@ TEST(MoeFast, Deterministic) {
   }
 }
 
+// The decode backend's divisions of K, each forced by its knob (the rule picks among them by
+// shape): one cluster per item, clusters of 2 and 5 splits, and stream-K, whose shares cut items
+// anywhere (tiny problems: more blocks than units, every item shared). Every kind against the CPU
+// reference (exact on small integers) and simt, the routings' edge cases, a repeat bit for bit, and
+// two streams running different stream-K problems at once (their scratch and counters apart).
+TEST(MoeFast, DecodeEveryDivision) {
+  SKIP_WITHOUT_SM90();
+  struct Knob {
+    explicit Knob(int v) { moe::set_grouped_decode_splits(v); }
+    ~Knob() { moe::set_grouped_decode_splits(0); }
+  };
+  for (int division : {1, 2, 5, moe::kGroupedDecodeStreamK}) {
+    Knob knob(division);
+    SCOPED_TRACE("decode division " + std::to_string(division));
+    for (bool small : {true, false}) {
+      std::mt19937_64 rng(seed() + 30 + small);
+      for (MoeSpec s : every_moe_kind(small)) {
+        s.rows = rows_for("decode", s.rows);
+        fast_case(s, rng, "decode");
+      }
+    }
+    std::mt19937_64 rng(seed() + 32);
+    MoeSpec s;
+    s.experts = 6, s.rows = 64, s.n = 392, s.k = 1536, s.small_integers = true, s.scale = ScaleKind::block;
+    s.form = GroupedForm::masked;
+    for (std::vector<int32_t> g : std::vector<std::vector<int32_t>>{
+             {0, 0, 0, 0, 0, 0}, {64, 0, 1, 8, 9, 63}, {1000, -5, 65, 3, 0, 32}, {0, 0, 0, 0, 0, 1}}) {
+      s.groups = g;
+      fast_case(s, rng, "decode");
+    }
+    s.form = GroupedForm::contiguous, s.scale = ScaleKind::row;
+    for (std::vector<int32_t> g : std::vector<std::vector<int32_t>>{
+             {0, 64, 64, 64, 64, 64, 64}, {3, 10, 10, 32, 33, 33, 59}, {0, 1, 9, 17, 18, 50, 64}}) {
+      s.groups = g;
+      fast_case(s, rng, "decode");
+    }
+  }
+  // Repeats and streams, stream-K forced: Qwen3-30B-A3B's gate_up at one token per active expert
+  // (96 items of 16 K blocks over every SM) and a down-like shape of block scales at 1-4 rows (17 row
+  // blocks, the last partial).
+  Knob knob(moe::kGroupedDecodeStreamK);
+  std::mt19937_64 rng(seed() + 33);
+  MoeSpec q;
+  q.form = GroupedForm::masked, q.experts = 128, q.rows = 1, q.n = 1536, q.k = 2048, q.scale = ScaleKind::row;
+  q.groups.assign(128, 0);
+  for (int e = 0; e < 8; ++e) q.groups[static_cast<size_t>(e * 13)] = 1;
+  MoeSpec ds;
+  ds.form = GroupedForm::masked, ds.experts = 32, ds.rows = 4, ds.n = 2120, ds.k = 2048, ds.scale = ScaleKind::block;
+  ds.groups.assign(32, 0);
+  for (int e = 0; e < 32; e += 3) ds.groups[static_cast<size_t>(e)] = 1 + e % 4;
+  MoeCase cases[2] = {make_moe_case(q, rng), make_moe_case(ds, rng)};
+  DeviceCase dev[2] = {to_device(cases[0]), to_device(cases[1])};
+  std::vector<uint8_t> alone[2];
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_NO_THROW(grouped_scaled_mm(dev[i].args, "decode", nullptr));
+    FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
+    alone[i] = download(dev[i].out.data(), dev[i].out.bytes());
+    test::poison(dev[i].out, 0xFF);
+    ASSERT_NO_THROW(grouped_scaled_mm(dev[i].args, "simt", nullptr));
+    FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
+    const std::vector<float> simt = download_out(cases[i], dev[i]);
+    test::poison(dev[i].out, 0xFF);
+    ASSERT_NO_THROW(grouped_scaled_mm(dev[i].args, "decode", nullptr));
+    FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
+    EXPECT_TRUE(matches(download_out(cases[i], dev[i]), simt, false)) << test::to_string(cases[i].spec) << " against simt";
+    EXPECT_TRUE(test::bytes_equal(download(dev[i].out.data(), dev[i].out.bytes()), alone[i], "a repeat"));
+  }
+  cudaStream_t streams[2];
+  for (cudaStream_t& st : streams) FP8ROUTE_TEST_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (int rep = 0; rep < 50; ++rep)
+    for (int i = 0; i < 2; ++i) ASSERT_NO_THROW(grouped_scaled_mm(dev[i].args, "decode", streams[i]));
+  FP8ROUTE_TEST_CUDA(cudaDeviceSynchronize());
+  for (int i = 0; i < 2; ++i)
+    EXPECT_TRUE(test::bytes_equal(download(dev[i].out.data(), dev[i].out.bytes()), alone[i], "two streams at once"))
+        << test::to_string(cases[i].spec);
+  for (cudaStream_t st : streams) FP8ROUTE_TEST_CUDA(cudaStreamDestroy(st));
+}
+
 // The cutlass backend on what it runs (bf16 out; block scales with K % 128 == 0): every form, scale
 // kind, scale_a layout and storage of every_moe_kind against the CPU reference (exact on small
 // integers) and simt, with the wide kernel (77 rows) and the narrow one (3 rows); what it does not
@@ -666,6 +745,25 @@ TEST(MoeSplitRule, OneSplitForAFewSmallExperts) {
   // 8 items of 64 K blocks leave most slots idle: splits fill them.
   const auto few = [&](int64_t splits) { return (8 + slots[splits] / splits - 1) / (slots[splits] / splits); };
   EXPECT_EQ(decode_plan::best_split(64, slots, fits, few).splits, 8);
+}
+
+// Stream-K's cost (decode_plan::stream_k_cost) against the clusters' on the same model: stream-K
+// where the items leave SMs idle (96 items of 16 K blocks on 132 slots: shares of 12 K blocks
+// against a block's whole 16) or a last wave short (448 items: 4 waves of 16 against shares of 55);
+// a tie where the items fill the slots evenly (132 items: no share ends inside an item), which the
+// rule leaves to the clusters (no reduction).
+TEST(MoeSplitRule, StreamKWhereItemsLeaveSlotsIdle) {
+  using decode_plan::stream_k_cost;
+  EXPECT_DOUBLE_EQ(stream_k_cost(96, 16, 132), 12 + decode_plan::kStartEnd + decode_plan::kReduce);
+  EXPECT_LT(stream_k_cost(96, 16, 132), 16 + decode_plan::kStartEnd);
+  EXPECT_LT(stream_k_cost(448, 16, 132), 4 * (16 + decode_plan::kStartEnd));
+  EXPECT_DOUBLE_EQ(stream_k_cost(264, 16, 132), 2 * 16 + decode_plan::kStartEnd);  // two whole items each
+  EXPECT_DOUBLE_EQ(stream_k_cost(132, 16, 132), 16 + decode_plan::kStartEnd);
+  decode_plan::Slots slots{};
+  for (int c = 1; c < static_cast<int>(slots.size()); ++c) slots[c] = c == 8 ? 128 : 132 / c * c;
+  const auto fits = [](int64_t) { return true; };
+  const auto waves = [&](int64_t splits) { return (132 + slots[splits] / splits - 1) / (slots[splits] / splits); };
+  EXPECT_DOUBLE_EQ(decode_plan::best_split(16, slots, fits, waves).cost, stream_k_cost(132, 16, 132));
 }
 
 }  // namespace
