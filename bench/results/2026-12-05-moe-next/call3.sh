@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/dg:/tmp/site:$W/python FP8ROUTE_SOURCE
   FP8ROUTE_FFI_LIB=$B/python/fp8route/_fp8route_ffi.so DG_CACHE_DIR=/tmp/dgcache DG_NVCC_COMPILER=/usr/local/cuda/bin/nvcc
 { nvidia-smi --query-gpu=name,driver_version --format=csv; /usr/local/cuda/bin/nvcc --version; } > $R/env.txt 2>&1
 s=$(date +%s)
-DG_JSON=$R/dg_grouped.json timeout 420 python3 bench/results/2026-12-05-moe-next/dg_grouped.py --precompile \
+DG_JSON=$R/dg_grouped.json timeout ${DG_TIMEOUT:-420} python3 bench/results/2026-12-05-moe-next/dg_grouped.py --precompile \
   > $R/dg_grouped.txt 2>&1
 echo "dg_grouped rc $? $(( $(date +%s) - s )) s" | tee $R/rc.txt
 grep -v "^compiled" $R/dg_grouped.txt | tail -60

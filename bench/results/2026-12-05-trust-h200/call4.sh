@@ -1,5 +1,5 @@
 #!/bin/bash
-# Planned, not yet run (about 8 minutes, at most 580 s of timeouts): the tensor-scale M <= 64 entries tuned again with the final
+# Planned, not yet run (about 9 minutes, at most 600 s of timeouts; the tune about 300 s on an H200): the tensor-scale M <= 64 entries tuned again with the final
 # round at 16 graph instances (tune's default since bf16f4e), put first in the manifest, the table
 # rebuilt there, then the main job three times and every catalog tensor problem against
 # torch._scaled_mm. Carry .stage with gpu.tar.xz (build/gpu of a release build: fp8route and the
@@ -18,7 +18,7 @@ t() { local name=$1 tmo=$2; shift 2; local s=$(date +%s); timeout "$tmo" "$@" > 
 snap() { tar czf $OUT/call4.tgz -C /tmp call4; }
 D=routes/h200-sources/2026-12-05-retune-tensor-h200
 mkdir -p $D
-t tune 240 $B/fp8route tune --model all --tp 1,2,4,8 --m 1,2,4,8,16,24,32,48,64 --scale tensor \
+t tune 300 $B/fp8route tune --model all --tp 1,2,4,8 --m 1,2,4,8,16,24,32,48,64 --scale tensor \
   -o $R/retune_tensor.json --raw $R/retune_tensor.raw.jsonl
 gzip -c $R/retune_tensor.raw.jsonl > $D/retune_tensor.raw.jsonl.gz; cp $D/retune_tensor.raw.jsonl.gz $R/
 python3 - <<'PY'
@@ -33,5 +33,5 @@ PY
 t table 60 $B/fp8route table build routes/h200.sources.json -o routes/h200.json --records routes/h200-measurements.json
 snap
 for i in 1 2 3; do t main$i 60 $B/fp8route; grep -hE "problems: routed" $R/main$i.txt; snap; done
-t torch_tensor 100 python3 bench/python_bench.py --model all --ops tensor --m 1,4,16,64,256,1024 --json $R/torch_tensor.json
+t torch_tensor 60 python3 bench/python_bench.py --model all --ops tensor --m 1,4,16,64,256,1024 --json $R/torch_tensor.json
 tail -6 $R/torch_tensor.txt; snap
