@@ -224,14 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto slot = [&](int b) {  // block b's sums of item sg.w: its first item's slot, else its last's
       return p.partial + (2 * int64_t(b) + (sh.start(b) / p.kblocks == sg.w ? 0 : 1)) * kSlot;
     };
-    float* mine = slot(blockIdx.x);
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          mine[(8 * j + 2 * t + (q & 1)) * T::kRows + tile0 + 16 * r + g + (q >= 2 ? 8 : 0)] = acc[r][j][q];
+    write_sums<T::kRows>(slot(blockIdx.x), acc, g, t, tile0);  // [kMaxM][kRows]
     const int64_t u0 = int64_t(sg.w) * p.kblocks;
     const int first = sh.block_of(u0), last = sh.block_of(u0 + p.kblocks - 1);
     __threadfence();
