@@ -14,11 +14,10 @@ routed) runs only with --backends naming it.
 
   python3 bench/moe_bench.py [--layers deepseek_v3.gate_up,...] [--m 1,2,4,8,16,32,64] [--active 8,all]
                              [--prefill 128,512,2048] [--backends default,decode,wgmma,cutlass,simt] [--m-max N]
-                             [--decode-splits 1,2,4,8,k] [--json FILE]
+                             [--decode-splits 1,2,4,8] [--json FILE]
 
 --decode-splits adds the decode backend with each of those K split counts per item (where they fit;
-else its rule's), named decode@sN, and with k its stream-K division (decode@sk), beside the rule's
-own choice: what the rule chooses between.
+else its rule's), named decode@sN, beside the rule's own choice: what the split rule chooses between.
 """
 import argparse
 import json
@@ -65,9 +64,8 @@ def make_set(form, scale, e, n, k, counts, m_max):
 
 def ours(s, form, scale, backend):
     kw = dict(offsets=s["groups"]) if form == "contiguous" else dict(masked_m=s["groups"])
-    # decode@sN: N K splits, decode@sk: stream-K (a launch knob, set around the call)
-    backend, _, splits = backend.partition("@s")
-    splits = chain_trace.GROUPED_DECODE_STREAM_K if splits == "k" else int(splits or 0)
+    backend, _, splits = backend.partition("@s")  # decode@sN: N K splits (a launch knob, set around the call)
+    splits = int(splits or 0)
 
     def call():
         chain_trace.set_grouped_decode_splits(splits)
@@ -135,12 +133,11 @@ def main():
                     "than m; default m (every active expert full, the worst case of a kernel whose time "
                     "follows the rows an expert holds)")
     ap.add_argument("--decode-splits", default="",
-                    help="also time the decode backend with each of these K split counts per item (decode@sN; "
-                    "k: stream-K, decode@sk)")
+                    help="also time the decode backend with each of these K split counts per item (decode@sN)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     BACKENDS[:] = ["" if b == "default" else b for b in args.backends.split(",") if b]
-    BACKENDS.extend("decode@sk" if x == "k" else f"decode@s{int(x)}" for x in args.decode_splits.split(",") if x)
+    BACKENDS.extend(f"decode@s{int(x)}" for x in args.decode_splits.split(",") if x)
     gen = torch.Generator().manual_seed(0)
     copy_gbs = e2e.copy_bandwidth(1 << 30, 10) / 1e9  # bytes read + written
     print(f"device copy bandwidth {copy_gbs:.0f} GB/s; L2 {l2_bytes() >> 20} MB")

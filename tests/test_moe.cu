@@ -590,19 +590,18 @@ TEST(MoeFast, Deterministic) {
 }
 
 // The decode backend's divisions of K, each forced by its knob (the rule picks among them by
-// shape): one cluster per item, clusters of 2 and 5 splits, and stream-K, whose shares cut items
-// anywhere (tiny problems: more blocks than units, every item shared). Every kind against the CPU
-// reference (exact on small integers) and simt, the routings' edge cases, a repeat bit for bit, and
-// two streams running different stream-K problems at once (their scratch and counters apart).
+// shape): one block per item, clusters of 2 and 5 splits. Every kind against the CPU reference
+// (exact on small integers) and simt, and the routings' edge cases; then, one split per item, a
+// repeat bit for bit and two streams running different problems at once.
 TEST(MoeFast, DecodeEveryDivision) {
   SKIP_WITHOUT_SM90();
   struct Knob {
     explicit Knob(int v) { moe::set_grouped_decode_splits(v); }
     ~Knob() { moe::set_grouped_decode_splits(0); }
   };
-  for (int division : {1, 2, 5, moe::kGroupedDecodeStreamK}) {
+  for (int division : {1, 2, 5}) {
     Knob knob(division);
-    SCOPED_TRACE("decode division " + std::to_string(division));
+    SCOPED_TRACE("decode splits " + std::to_string(division));
     for (bool small : {true, false}) {
       std::mt19937_64 rng(seed() + 30 + small);
       for (MoeSpec s : every_moe_kind(small)) {
@@ -626,10 +625,9 @@ TEST(MoeFast, DecodeEveryDivision) {
       fast_case(s, rng, "decode");
     }
   }
-  // Repeats and streams, stream-K forced: Qwen3-30B-A3B's gate_up at one token per active expert
-  // (96 items of 16 K blocks over every SM) and a down-like shape of block scales at 1-4 rows (17 row
-  // blocks, the last partial).
-  Knob knob(moe::kGroupedDecodeStreamK);
+  // Qwen3-30B-A3B's gate_up at one token per active expert (96 items of 16 K blocks) and a down-like
+  // shape of block scales at 1-4 rows (17 row blocks, the last partial).
+  Knob knob(1);
   std::mt19937_64 rng(seed() + 33);
   MoeSpec q;
   q.form = GroupedForm::masked, q.experts = 128, q.rows = 1, q.n = 1536, q.k = 2048, q.scale = ScaleKind::row;
@@ -745,25 +743,6 @@ TEST(MoeSplitRule, OneSplitForAFewSmallExperts) {
   // 8 items of 64 K blocks leave most slots idle: splits fill them.
   const auto few = [&](int64_t splits) { return (8 + slots[splits] / splits - 1) / (slots[splits] / splits); };
   EXPECT_EQ(decode_plan::best_split(64, slots, fits, few).splits, 8);
-}
-
-// Stream-K's cost (decode_plan::stream_k_cost) against the clusters' on the same model: stream-K
-// where the items leave SMs idle (96 items of 16 K blocks on 132 slots: shares of 12 K blocks
-// against a block's whole 16) or a last wave short (448 items: 4 waves of 16 against shares of 55);
-// a tie where the items fill the slots evenly (132 items: no share ends inside an item), which the
-// rule leaves to the clusters (no reduction).
-TEST(MoeSplitRule, StreamKWhereItemsLeaveSlotsIdle) {
-  using decode_plan::stream_k_cost;
-  EXPECT_DOUBLE_EQ(stream_k_cost(96, 16, 132), 12 + decode_plan::kStartEnd + decode_plan::kReduce);
-  EXPECT_LT(stream_k_cost(96, 16, 132), 16 + decode_plan::kStartEnd);
-  EXPECT_LT(stream_k_cost(448, 16, 132), 4 * (16 + decode_plan::kStartEnd));
-  EXPECT_DOUBLE_EQ(stream_k_cost(264, 16, 132), 2 * 16 + decode_plan::kStartEnd);  // two whole items each
-  EXPECT_DOUBLE_EQ(stream_k_cost(132, 16, 132), 16 + decode_plan::kStartEnd);
-  decode_plan::Slots slots{};
-  for (int c = 1; c < static_cast<int>(slots.size()); ++c) slots[c] = c == 8 ? 128 : 132 / c * c;
-  const auto fits = [](int64_t) { return true; };
-  const auto waves = [&](int64_t splits) { return (132 + slots[splits] / splits - 1) / (slots[splits] / splits); };
-  EXPECT_DOUBLE_EQ(decode_plan::best_split(16, slots, fits, waves).cost, stream_k_cost(132, 16, 132));
 }
 
 }  // namespace

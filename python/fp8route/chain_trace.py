@@ -62,14 +62,10 @@ def decode_deep_ring():
     return bool(lib.decode_deep_ring_get())
 
 
-GROUPED_DECODE_STREAM_K = -1
-
-
 def set_grouped_decode_splits(splits):
-    """The grouped decode backend's division of K for launches made afterwards
+    """The grouped decode backend's K splits per item for launches made afterwards
     (include/fp8route/tuning/gemm_knobs.h): 0 (the default) follows its rule; 1..8 asks for that many
-    splits per item (a cluster each) where they fit; GROUPED_DECODE_STREAM_K (-1) asks for stream-K
-    (every resident block an equal share of the items' K blocks). For bench/moe_bench.py's comparison."""
+    where they fit. For bench/moe_bench.py's comparison of split counts."""
     lib.grouped_decode_splits_set(int(splits))
 
 

@@ -379,10 +379,10 @@ int64_t chain_trace_tick_ns() {
 // The decode backend's deep ring (include/fp8route/tuning/gemm_knobs.h), for the chain bench's A/B.
 void decode_deep_ring_set(bool enabled) { fp8route::gemm::set_decode_deep_ring(enabled); }
 bool decode_deep_ring_get() { return fp8route::gemm::decode_deep_ring(); }
-// The grouped decode backend's split count or stream-K (gemm_knobs.h), for moe_bench's comparison.
+// The grouped decode backend's split count (gemm_knobs.h), for moe_bench's comparison.
 void grouped_decode_splits_set(int64_t splits) {
   guarded([&] {
-    FP8ROUTE_CHECK(splits >= -1 && splits <= 0x7FFFFFFF, "splits: 0 (the rule), 1..8 or -1 (stream-K), got " << splits);
+    FP8ROUTE_CHECK(splits >= 0 && splits <= 0x7FFFFFFF, "splits: 0 (the rule) or 1..8, got " << splits);
     fp8route::moe::set_grouped_decode_splits(static_cast<int>(splits));
   });
 }

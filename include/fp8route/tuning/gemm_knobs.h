@@ -18,12 +18,9 @@ bool decode_deep_ring();
 namespace fp8route::moe {
 
 // The grouped decode backend's K splits (src/moe/decode/decode.cu, plan): 0 (the default) follows
-// its rule; s in [1, 8] asks for s splits per item, a cluster each, where they fit (else the rule);
-// kGroupedDecodeStreamK asks for stream-K (every resident block an equal share of the items' K
-// blocks) where the block-scale slices of a whole K fit. So bench/moe_bench.py can time what the
-// rule chooses between; another value throws invalid_argument. Results are bit-identical only for
-// the same division (and, with stream-K, the same GPU and active experts).
-inline constexpr int kGroupedDecodeStreamK = -1;
+// its split rule; s in [1, 8] asks for s splits per item where they fit (else the rule), so that
+// bench/moe_bench.py can time the split counts the rule chooses between; another value throws
+// invalid_argument. Results are bit-identical only for the same split count.
 void set_grouped_decode_splits(int splits);
 int grouped_decode_splits();
 

@@ -121,7 +121,7 @@ __device__ __forceinline__ void accumulate_scaled(float (&acc)[RT][NT][4], const
 }
 
 // Split K, consumers: the block's sums into red [kMaxM][kRedLd] (the ring, free once every stage
-// was consumed; or stream-K's global scratch), after a barrier of the consumer warps.
+// was consumed), after a barrier of the consumer warps.
 template <int kRedLd, int RT, int NT>
 __device__ __forceinline__ void write_sums(float* red, const float (&acc)[RT][NT][4], int g, int t, int tile0) {
   asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));

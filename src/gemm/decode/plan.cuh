@@ -66,7 +66,6 @@ class SlotsCache {
 
 struct Split {
   int splits = 0, split_kblocks = 0;
-  double cost = 0;  // best_split's cost model, in K blocks' worth of streaming
 };
 
 // s splits of kblocks K blocks, where they can run: s equal shares of K (no empty split), the
@@ -86,11 +85,10 @@ Split split_of(int64_t kblocks, int64_t s, const Slots& slots, Fits fits) {
 // shorter blocks. The splits of a row range form one cluster, whose blocks must be resident at
 // once on one GPC (slots[s]). fits(K blocks per split): the split's block-scale slices fit shared
 // memory; waves(splits): the launcher's waves at that split. splits = 0: no split count fits.
-inline constexpr double kStartEnd = 2;  // K blocks' worth of streaming: a block's first load and its stores
-inline constexpr double kReduce = 1;    // the cluster barriers and the read of the peers' sums
-
 template <class Fits, class Waves>
 Split best_split(int64_t kblocks, const Slots& slots, Fits fits, Waves waves) {
+  constexpr double kStartEnd = 2;  // K blocks' worth of streaming: a block's first load and its stores
+  constexpr double kReduce = 1;    // the cluster barriers and the read of the peers' sums
   const int64_t max_splits = std::min<int64_t>(kernels::decode::kMaxSplits, kblocks);
   Split best;
   double best_cost = 0;
@@ -101,18 +99,9 @@ Split best_split(int64_t kblocks, const Slots& slots, Fits fits, Waves waves) {
     if (best.splits == 0 || cost < best_cost) {
       best_cost = cost;
       best = c;
-      best.cost = cost;
     }
   }
   return best;
-}
-
-// The same cost model for stream-K over `blocks` resident blocks (one per slot, no clusters): the
-// items x kblocks units in equal shares, so the time is the largest share, plus the reduction
-// through global scratch where a share ends inside an item (unless the items divide evenly).
-inline double stream_k_cost(int64_t items, int64_t kblocks, int64_t blocks) {
-  const int64_t share = ceil_div(items * kblocks, blocks);
-  return double(share) + kStartEnd + (items % blocks != 0 ? kReduce : 0);
 }
 
 }  // namespace fp8route::decode_plan

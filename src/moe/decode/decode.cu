@@ -19,7 +19,6 @@
 #include "fp8route/tuning/cuda_check.h"
 #include "fp8route/tuning/gemm_knobs.h"
 #include "core/launch.h"
-#include "core/workspace.h"
 #include "fp8route/device.h"
 #include "fp8route/error.h"
 #include "gemm/decode/plan.cuh"
@@ -107,15 +106,11 @@ int config_for(const GroupedProblem& p) {
 
 struct Launch {
   int clusters = 0, splits = 0, split_kblocks = 0;
-  bool stream_k = false;  // clusters = the resident blocks, splits = 1
 };
 
 // The dense decode backend's split-K rule (decode_plan::best_split) on the items of the experts
-// planned active, a cluster per item at a time, against stream-K over every resident block by the
-// same cost model (decode_plan::stream_k_cost), which wins where the items leave blocks idle or
-// a last wave short. Block scales: a split's sa slice [kb][max M] and sb slice must fit their
-// shared memory (stream-K: the whole K's, a share may hold an item's every K block). splits = 0:
-// no split count fits.
+// planned active, a cluster per item at a time. Block scales: a split's sa slice [kb][max M] and
+// sb slice must fit their shared memory. splits = 0: no split count fits.
 Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
   const KernelInfo& k = kernels_table()[config];
   const int64_t kblocks = ceil_div(p.k, dk::kKBlock);
@@ -129,23 +124,10 @@ Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
   };
   auto waves = [&](int64_t splits) { return ceil_div(items, slots[splits] / splits); };
   decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves);
-  const bool stream_k_runs = fits(kblocks) && slots[1] > 0;
-  bool stream_k = stream_k_runs && (s.splits == 0 || decode_plan::stream_k_cost(items, kblocks, slots[1]) < s.cost);
-  // The knob (gemm_knobs.h): a split count, or stream-K, where it can run.
-  if (const int asked = grouped_decode_splits(); asked > 0 && asked <= kblocks) {
-    if (const decode_plan::Split a = decode_plan::split_of(kblocks, asked, slots, fits); a.splits > 0) s = a, stream_k = false;
-  } else if (asked == kGroupedDecodeStreamK && stream_k_runs) {
-    stream_k = true;
-  }
+  // The split-count knob (gemm_knobs.h), where that count can run.
+  if (const int asked = grouped_decode_splits(); asked > 0 && asked <= kblocks)
+    if (const decode_plan::Split a = decode_plan::split_of(kblocks, asked, slots, fits); a.splits > 0) s = a;
   Launch l;
-  if (stream_k) {
-    // Every resident block: the shares shrink with the blocks, and a block past the units exits.
-    l.stream_k = true;
-    l.splits = 1;
-    l.split_kblocks = static_cast<int>(kblocks);
-    l.clusters = slots[1];
-    return l;
-  }
   l.splits = s.splits;
   l.split_kblocks = s.split_kblocks;
   // Every item of every expert has a cluster when the GPU holds that many; never more.
@@ -183,14 +165,6 @@ class DecodeBackend final : public GroupedBackend {
     kp.split_kblocks = l.split_kblocks;
     kp.splits = l.splits;
     kp.row_blocks = static_cast<int>(ceil_div(p.n, k.rows));
-    if (l.stream_k) {
-      // Two slots of [max M x rows] fp32 sums per block (its first and last item), a counter each.
-      const std::string who = "decode (stream-K)";
-      kp.stream_k = true;
-      kp.partial = static_cast<float*>(
-          partials_.get(dev.index, size_t(2) * l.clusters * k.max_m * k.rows * 4, stream, who));
-      kp.counters = static_cast<int*>(counters_.get(dev.index, size_t(l.clusters) * 4, stream, who));
-    }
     const CUtensorMap wmap = gemm::batched_byte_matrix_map(ops.b, p.experts, p.n, p.k, k.rows, "grouped decode");
     const CUtensorMap amap = gemm::byte_matrix_map(ops.a, a_rows(p), p.k, p.k, 8, "grouped decode");
     const Kernel kernel = k.kernel[p.out == DType::bf16 ? 0 : 1];
@@ -203,12 +177,6 @@ class DecodeBackend final : public GroupedBackend {
     s.pdl = true;
     launch_kernel(kernel, s, stream, wmap, amap, kp);
   }
-
- private:
-  // Stream-K's sums and arrival counters, one of each per (device, stream) or per captured graph
-  // (core/workspace.h); the last block of an item resets its counter, so a launch leaves them zero.
-  mutable Workspaces partials_{"stream-K workspace"};
-  mutable Workspaces counters_{"stream-K counter array", /*zero_new=*/true};
 };
 
 std::atomic<int>& splits_knob() {
@@ -219,9 +187,8 @@ std::atomic<int>& splits_knob() {
 }  // namespace
 
 void set_grouped_decode_splits(int splits) {
-  FP8ROUTE_CHECK(splits >= kGroupedDecodeStreamK && splits <= dk::kMaxSplits,
-                 "splits: 0 (the rule), 1.." << dk::kMaxSplits << " or " << kGroupedDecodeStreamK << " (stream-K), got "
-                                             << splits);
+  FP8ROUTE_CHECK(splits >= 0 && splits <= dk::kMaxSplits,
+                 "splits: 0 (the rule) or 1.." << dk::kMaxSplits << ", got " << splits);
   splits_knob().store(splits, std::memory_order_relaxed);
 }
 int grouped_decode_splits() { return splits_knob().load(std::memory_order_relaxed); }

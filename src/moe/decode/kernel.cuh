@@ -19,15 +19,9 @@
 //   never stored, and their scales are never read.
 // - Each 128-wide K block's products are summed in fp32 registers outside the tensor core (block
 //   scales: times sa[m, kb] * sb[e, n / 128, kb]), as the dense decode kernel does.
-// - Split K, two ways. Clusters: after a cluster barrier each block sums a share of the item's
-//   outputs over the peers' shared memory in split order (deterministic). The ring holds the sums,
-//   so the producer waits at the item's two cluster barriers before streaming the next item;
-//   without splits it runs ahead. Stream-K (no clusters): the (item, K block) units of all items,
-//   in order, are shared equally among the blocks, so every SM streams the same number of K blocks
-//   however few items there are. A block stores an item it holds whole; the blocks sharing an item
-//   write their sums to global scratch, and the last of them to arrive (a counter) sums them in
-//   block order (deterministic) and stores. The sums live outside the ring: the producer runs ahead
-//   across items.
+// - Split K: after a cluster barrier each block sums a share of the item's outputs over the peers'
+//   shared memory in split order (deterministic). The ring holds the sums, so the producer waits at
+//   the item's two cluster barriers before streaming the next item; without splits it runs ahead.
 // - Programmatic dependent launch: every thread waits for the previous kernel before its first
 //   global read (the counts may be written by it); the producer lets dependents launch once its
 //   last load is issued.
@@ -58,49 +52,6 @@ struct Params : moe::GroupedArgs {
   int split_kblocks;  // K blocks per split (the last split may have fewer)
   int splits;         // cluster size along y; 1 = no cluster
   int row_blocks;     // ceil(N / kRows)
-  // Stream-K (splits = 1): partial [2 x gridDim.x][kMaxM][kRows] fp32 sums, a block's first and last
-  // item; counters [gridDim.x], zero before and after each launch (indexed by an item's first block).
-  bool stream_k;
-  float* partial;
-  int* counters;
-};
-
-// Stream-K's division: `units` (item, K block) units, item-major, in shares of `blocks` blocks
-// (blocks <= units, so no share is empty): block b holds [start(b), start(b + 1)).
-struct Shares {
-  int64_t units;
-  int blocks;
-  __device__ __forceinline__ int64_t start(int b) const { return int64_t(b) * units / blocks; }
-  // The block holding unit u: the largest b with start(b) <= u.
-  __device__ __forceinline__ int block_of(int64_t u) const { return static_cast<int>(((u + 1) * blocks - 1) / units); }
-};
-
-// A block's walk over its segments: K blocks [klo, khi) of item w. Clusters: the items blockIdx.x,
-// + gridDim.x, ..., each over this split's K range. Stream-K: the block's share of the units.
-struct Segment {
-  int w, klo, khi;
-};
-struct Walk {
-  bool stream_k;
-  int kblocks;
-  int64_t u, end;    // stream-K: the next unit and the end of the share
-  int w, step, items;  // clusters
-  int kb0, kb1;        // clusters: this split's K range
-  __device__ __forceinline__ bool next(Segment& s) {
-    if (stream_k) {
-      if (u >= end) return false;
-      s.w = static_cast<int>(u / kblocks);
-      s.klo = static_cast<int>(u - int64_t(s.w) * kblocks);
-      const int64_t left = end - int64_t(s.w) * kblocks;
-      s.khi = left < kblocks ? static_cast<int>(left) : kblocks;
-      u = int64_t(s.w) * kblocks + s.khi;
-      return true;
-    }
-    if (w >= items) return false;
-    s = {w, kb0, kb1};
-    w += step;
-    return true;
-  }
 };
 
 template <int kTokenTiles, int kRowTilesPerWarp, int kStages>
@@ -157,6 +108,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   int* prefix = reinterpret_cast<int*>(smem + T::kPrefixOff);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kb0 = blockIdx.y * p.split_kblocks;
+  const int nk = min(p.kblocks, kb0 + p.split_kblocks) - kb0;
   const bool block_scales = p.scale_kind == 2;
 
   init_ring(full0, empty0, kStages);
@@ -165,23 +118,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // barriers also publish the barrier initialization.
   moe::scan_tiles<kThreads>(p.g, 0x7FFFFFFF, prefix);
   const int items = prefix[p.g.experts] * p.row_blocks;
-  // Stream-K: at most one block per unit (every share non-empty); blocks past them walk nothing.
-  const int64_t units = int64_t(items) * p.kblocks;
-  const Shares sh{units, units < gridDim.x ? static_cast<int>(units) : static_cast<int>(gridDim.x)};
-  const auto walk = [&] {
-    Walk k{};
-    k.stream_k = p.stream_k;
-    k.kblocks = p.kblocks;
-    if (p.stream_k) {
-      k.u = blockIdx.x < sh.blocks ? sh.start(blockIdx.x) : 0;
-      k.end = blockIdx.x < sh.blocks ? sh.start(blockIdx.x + 1) : 0;
-    } else {
-      k.w = blockIdx.x, k.step = gridDim.x, k.items = items;
-      k.kb0 = blockIdx.y * p.split_kblocks;
-      k.kb1 = min(p.kblocks, k.kb0 + p.split_kblocks);
-    }
-    return k;
-  };
 
   // An item's expert and rows; every block of a cluster walks the same items (same blockIdx.x).
   struct Item {
@@ -201,9 +137,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // [count x rows] outputs, summing the splits in rank order. All threads of the block take part.
   const auto reduce = [&](const Item& it) {
     cluster_sync();
-    const SplitShare ss = split_share<T::kRows>(p.n, it.row0, it.gr.count, p.splits);
-    for (int idx = ss.first + threadIdx.x; idx < ss.last; idx += kThreads) {
-      const int m = idx / ss.rows, r = idx % ss.rows, n = it.row0 + r, a_row = it.gr.row0 + m;
+    const SplitShare sh = split_share<T::kRows>(p.n, it.row0, it.gr.count, p.splits);
+    for (int idx = sh.first + threadIdx.x; idx < sh.last; idx += kThreads) {
+      const int m = idx / sh.rows, r = idx % sh.rows, n = it.row0 + r, a_row = it.gr.row0 + m;
       const float v = peer_sum<T::kRedLd>(base + T::kWeightOff, m, r, p.splits);
       const float sa = block_scales ? 1.f : act_scale(p, it.e, a_row);
       const float sb = block_scales ? 1.f : weight_scale(p, it.e, n);
@@ -214,50 +150,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     cluster_sync();  // peers read this block's sums until here
   };
 
-  // Stream-K, consumer warps: this block's sums of item w over K blocks [klo, khi) (not all of K)
-  // into its slot of the scratch; the last of the item's blocks to arrive sums the slots in block
-  // order and stores (the fence-then-count pattern of the CUDA programming guide's threadfence
-  // example).
-  __shared__ int last_block;
-  const auto stream_k_fixup = [&](const Item& it, const Segment& sg, const auto& acc, int g, int t, int tile0) {
-    constexpr int kSlot = T::kMaxM * T::kRows;
-    const auto slot = [&](int b) {  // block b's sums of item sg.w: its first item's slot, else its last's
-      return p.partial + (2 * int64_t(b) + (sh.start(b) / p.kblocks == sg.w ? 0 : 1)) * kSlot;
-    };
-    write_sums<T::kRows>(slot(blockIdx.x), acc, g, t, tile0);  // [kMaxM][kRows]
-    const int64_t u0 = int64_t(sg.w) * p.kblocks;
-    const int first = sh.block_of(u0), last = sh.block_of(u0 + p.kblocks - 1);
-    __threadfence();
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));
-    if (threadIdx.x == 0) last_block = atomicAdd(p.counters + first, 1) == last - first;
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));
-    if (!last_block) return;
-    __threadfence();
-    const int rows = min(T::kRows, p.n - it.row0);
-    for (int idx = threadIdx.x; idx < it.gr.count * rows; idx += kConsumerWarps * 32) {
-      const int m = idx / rows, r = idx % rows, n = it.row0 + r, a_row = it.gr.row0 + m;
-      float v = 0.f;
-      for (int b = first; b <= last; ++b) v += __ldcg(slot(b) + m * T::kRows + r);
-      const float sa = block_scales ? 1.f : act_scale(p, it.e, a_row);
-      const float sb = block_scales ? 1.f : weight_scale(p, it.e, n);
-      store<OutT>(p, v, sa, sb, a_row, n);
-    }
-    if (threadIdx.x == 0) p.counters[first] = 0;  // ready for the next launch on this stream
-  };
-
-  int iter = 0;  // K blocks streamed by this block over all its segments: the ring position
-  Segment sg;
+  int iter = 0;  // K blocks streamed by this block over all its items: the ring position
   if (warp == kConsumerWarps) {
     // ---- producer: lane 0 streams the tiles ----
     const uint64_t keep = l2_policy_evict_last(), stream = l2_policy_evict_first();
-    for (Walk wk = walk(); wk.next(sg);) {
-      const Item it = item(sg.w);
+    for (int w = blockIdx.x; w < items; w += gridDim.x) {
+      const Item it = item(w);
       if (lane == 0) {
-        for (int kb = sg.klo; kb < sg.khi; ++kb, ++iter) {
+        for (int i = 0; i < nk; ++i, ++iter) {
           const int s = iter % kStages;
           if (iter >= kStages) mbar_wait(empty0 + 8 * s, ((iter / kStages) & 1) ^ 1);
           const uint32_t full = full0 + 8 * s;
-          const int x = kb * kKBlock;
+          const int x = (kb0 + i) * kKBlock;
           mbar_expect_tx(full, T::kWeightTile + it.nt * kActBox);
           moe::tma_load_3d(base + T::kWeightOff + s * T::kWeightTile, &wmap, x, it.row0, it.e, full, stream);
           for (int j = 0; j < it.nt; ++j)
@@ -277,16 +181,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tile0 = warp * RT * 16;  // this warp's first row in the block
   const MmaLanes lanes = mma_lanes(lane);
 
-  for (Walk wk = walk(); wk.next(sg);) {
-    const Item it = item(sg.w);
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
+    const Item it = item(w);
     const int e = it.e, count = it.gr.count, nt = it.nt;
-    const int kb0 = sg.klo, nk = sg.khi - sg.klo;
-    // Stored here: the whole of K, neither split by clusters nor shared with another block.
-    const bool whole = p.splits == 1 && nk == p.kblocks;
     if (block_scales) {
-      // This segment's scale slices: sa of the group's rows over its K blocks (zeros past the
+      // This item's scale slices: sa of the group's rows over the split's K blocks (zeros past the
       // group: their columns are never stored), sb of the item's 128-row weight block.
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));  // the previous segment's are read
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32));  // the previous item's are read
       for (int i = tid; i < nk * T::kMaxM; i += kConsumerWarps * 32) {
         const int m = i % T::kMaxM, kb = kb0 + i / T::kMaxM;
         sa_s[i] = m < count ? moe::block_sa(p.bsa, it.gr.batch, it.gr.t0 + m, kb) : 0.f;
@@ -299,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Tensor and row scales of the epilogue, loaded now so that their latency hides behind the
     // stream (with split K the reduction applies them).
     float e_sb[RT][2] = {}, e_sa[NT][2] = {};
-    if (!block_scales && whole) {
+    if (!block_scales && p.splits == 1) {
 #pragma unroll
       for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -333,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         accumulate(acc, part);
     }
 
-    if (whole) {
+    if (p.splits == 1) {
 #pragma unroll
       for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -345,8 +246,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (n < p.n && m < count)
               store<OutT>(p, acc[r][j][q], e_sa[j][q & 1], e_sb[r][q >> 1], it.gr.row0 + m, n);
           }
-    } else if (p.stream_k) {
-      stream_k_fixup(it, sg, acc, g, t, tile0);
     } else {
       // Every stage of the item was consumed and the producer streams nothing more before the
       // reduction ends, so the ring is free for the sums.
