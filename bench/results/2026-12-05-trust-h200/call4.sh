@@ -18,13 +18,17 @@ t() { local name=$1 tmo=$2; shift 2; local s=$(date +%s); timeout "$tmo" "$@" > 
 snap() { tar czf $OUT/call4.tgz -C /tmp call4; }
 D=routes/h200-sources/2026-12-05-retune-tensor-h200
 mkdir -p $D
-t tune 300 $B/fp8route tune --model all --tp 1,2,4,8 --m 1,2,4,8,16,24,32,48,64 --scale tensor \
+# TUNE_MODELS / TUNE_TP / TUNE_S narrow the re-tune (e.g. the main job's model and DeepSeek-V3 at TP 1 in
+# about a minute) where the device time left is short.
+MODELS=${TUNE_MODELS:-all} TP=${TUNE_TP:-1,2,4,8}
+t tune ${TUNE_S:-300} $B/fp8route tune --model $MODELS --tp $TP --m 1,2,4,8,16,24,32,48,64 --scale tensor \
   -o $R/retune_tensor.json --raw $R/retune_tensor.raw.jsonl
 gzip -c $R/retune_tensor.raw.jsonl > $D/retune_tensor.raw.jsonl.gz; cp $D/retune_tensor.raw.jsonl.gz $R/
-python3 - <<'PY'
-import json
+MODELS=$MODELS TP=$TP python3 - <<'PY'
+import json, os
 p = "routes/h200.sources.json"; s = open(p).read()
-group = ('{"about": "every catalog shape at TP 1, 2, 4 and 8, M = 1-64, tensor scales, every backend, the final round '
+shapes = "every catalog shape" if os.environ["MODELS"] == "all" else "the shapes of " + os.environ["MODELS"]
+group = ('{"about": "' + shapes + ' at TP ' + os.environ["TP"] + ', M = 1-64, tensor scales, every backend, the final round '
          'with 16 graph instances (as many as the bench re-check)",\n "files": [\n  '
          '"h200-sources/2026-12-05-retune-tensor-h200/retune_tensor.raw.jsonl.gz"]},\n')
 i = s.index('"groups": [\n') + len('"groups": [\n'); s = s[:i] + group + s[i:]
