@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Qwen3-30B-A3B decode with its MoE FFNs on fp8route against torch at its best (fp8route.models,
-random weights), at batch 1 and 32 by default:
+"""MoE decode with the MoE FFNs on fp8route against torch at its best (fp8route.models, random weights),
+at batch 1 and 32 by default; Qwen3-30B-A3B by default, --model picks Mixtral-8x7B or, in layer mode
+only, one EP-8 rank of Qwen3-235B-A22B or DeepSeek-V3:
 
   fp8route        Fp8MoE: masked grouped GEMMs (the decode form), per-token scales (act row)
   fp8route:block  the same with 1x128 activation groups and 128x128 weight blocks
@@ -31,7 +32,8 @@ timed with its own CUDA events; the median (bench/e2e.py's method).
 
 Memory (model mode, all 48 layers): about 30 GB of FP8 experts shared by fp8route and torch_fp8,
 60 GB of bf16 experts, 30 GB more for fp8route:block (requantized in blocks): the default variants
-fit an H200 (141 GB); add fp8route:block with --layers 24 or fewer.
+fit an H200 (141 GB); add fp8route:block with --layers 24 or fewer. Mixtral-8x7B's 32 layers hold 45 GB
+of FP8 and 90 GB of bf16 experts: --layers 8 for all three default variants on one GPU.
 """
 import argparse
 import gc
@@ -63,8 +65,23 @@ DEEPSEEK_V3 = {
     "routed_scaling_factor": 2.5, "norm_topk_prob": True, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
     "n_shared_experts": 1, "first_k_dense_replace": 3, "moe_layer_freq": 1, "intermediate_size": 18432,
 }
+# Mixtral-8x7B's published config.json, and Qwen3-235B-A22B's (Qwen3-30B-A3B's with its sizes), as
+# tests/python/test_moe_models.py holds them.
+MIXTRAL_8X7B = {
+    "model_type": "mixtral", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+    "max_position_embeddings": 32768, "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "num_local_experts": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02, "sliding_window": None, "tie_word_embeddings": False, "vocab_size": 32000,
+}
+QWEN3_235B_A22B = dict(QWEN3_30B_A3B, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536,
+                       num_attention_heads=64, num_hidden_layers=94, max_window_layers=94)
+# name -> (title, config, expert-parallel ranks: this GPU holds the first rank's experts)
 MODELS = {"qwen3-30b-a3b": ("Qwen3-30B-A3B", QWEN3_30B_A3B, 1),
+          "mixtral-8x7b": ("Mixtral-8x7B", MIXTRAL_8X7B, 1),
+          "qwen3-235b-a22b-ep8": ("Qwen3-235B-A22B, one EP-8 rank (16 of 128 experts)", QWEN3_235B_A22B, 8),
           "deepseek-v3-ep8": ("DeepSeek-V3, one EP-8 rank (32 of 256 experts, routed experts only)", DEEPSEEK_V3, 8)}
+# The models whose whole decoder fp8route.models builds (the others: --mode layer).
+DECODERS = ("qwen3-30b-a3b", "mixtral-8x7b")
 VARIANTS = ("fp8route", "fp8route:block", "torch_fp8", "bf16")
 DEFAULT_VARIANTS = ("fp8route", "torch_fp8", "bf16")
 
@@ -193,7 +210,8 @@ def model_mode(args, moe, bw, e2e, M):
         models[v] = M.MoeModel(moe, weights, backend=backend, act=act, device="cuda", max_batch=max(args.batches),
                                max_seq=args.kv_len + 1)
     layers = moe.num_hidden_layers
-    print(f"\n== model: Qwen3-30B-A3B, {layers} layers, KV length {args.kv_len} (built in {time.time() - t0:.0f} s)",
+    print(f"\n== model: {MODELS[args.model][0]}, {layers} layers, KV length {args.kv_len} "
+          f"(built in {time.time() - t0:.0f} s)",
           flush=True)
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     for batch in args.batches:
@@ -232,7 +250,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=("layer", "model", "both"), default="both")
     ap.add_argument("--model", choices=tuple(MODELS), default="qwen3-30b-a3b",
-                    help="the MoE layer's model (deepseek-v3-ep8: layer mode only)")
+                    help="the MoE layer's model (the -ep8 ones: layer mode only)")
     ap.add_argument("--torch-glue", action="store_true",
                     help="layer mode: each fp8route variant also with Fp8MoE's decode glue in torch ops "
                     "(VARIANT/torch-glue), side by side with the fused glue kernels")
@@ -253,7 +271,7 @@ def main():
     import e2e  # bench/e2e.py: copy_bandwidth, interleaved_ms
     from fp8route import models as M
 
-    if args.model != "qwen3-30b-a3b" and args.mode != "layer":
+    if args.model not in DECODERS and args.mode != "layer":
         sys.exit(f"bench/moe_e2e.py: --model {args.model} runs in --mode layer only (fp8route.models has no "
                  "decoder of it)")
     cfg = dict(MODELS[args.model][1])
