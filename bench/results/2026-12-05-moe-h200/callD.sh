@@ -1,6 +1,6 @@
 #!/bin/bash
 # Device call (at most 200 s; carry .stage/moe.tar.xz, the release build of 3873d28, whose product code
-# 793ef46 restores, unpacked into build/ first): the Fp8MoE float-reference test that failed once in
+# c58f19b restores, unpacked into build/ first): the Fp8MoE float-reference test that failed once in
 # callB, twenty fresh runs; the Qwen3-30B-A3B MoE layer and decoder with the shipped grouped table of
 # this GPU kind. Outputs in $OUT/callD.tgz after each step.
 set -u
