@@ -743,6 +743,9 @@ TEST(MoeSplitRule, OneSplitForAFewSmallExperts) {
   // 8 items of 64 K blocks leave most slots idle: splits fill them.
   const auto few = [&](int64_t splits) { return (8 + slots[splits] / splits - 1) / (slots[splits] / splits); };
   EXPECT_EQ(decode_plan::best_split(64, slots, fits, few).splits, 8);
+  // More splits than K blocks (the split-count knob may ask for them): none runs.
+  EXPECT_EQ(decode_plan::split_of(4, 8, slots, fits).splits, 0);
+  EXPECT_EQ(decode_plan::split_of(4, 4, slots, fits).split_kblocks, 1);
 }
 
 }  // namespace

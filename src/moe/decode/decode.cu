@@ -124,8 +124,8 @@ Launch plan(const GroupedProblem& p, int config, const Slots& slots) {
   };
   auto waves = [&](int64_t splits) { return ceil_div(items, slots[splits] / splits); };
   decode_plan::Split s = decode_plan::best_split(kblocks, slots, fits, waves);
-  // The split-count knob (gemm_knobs.h), where that count can run.
-  if (const int asked = grouped_decode_splits(); asked > 0 && asked <= kblocks)
+  // The split-count knob (gemm_knobs.h), where that count can run (split_of refuses more than kblocks).
+  if (const int asked = grouped_decode_splits(); asked > 0)
     if (const decode_plan::Split a = decode_plan::split_of(kblocks, asked, slots, fits); a.splits > 0) s = a;
   Launch l;
   l.splits = s.splits;
