@@ -667,15 +667,15 @@ TEST(MoeFast, DecodeEveryDivision) {
 
 // The cutlass backend on what it runs (bf16 out; block scales with K % 128 == 0): every form, scale
 // kind, scale_a layout and storage of every_moe_kind against the CPU reference (exact on small
-// integers) and simt, with the wide kernel (77 rows) and the narrow one (3 rows); what it does not
-// run, it names.
+// integers) and simt, with the wide kernel (77 rows), the mid one (50) and the narrow one (3); what
+// it does not run, it names.
 TEST(MoeFast, CutlassGrouped) {
   SKIP_WITHOUT_SM90();
   for (bool small : {true, false}) {
     std::mt19937_64 rng(seed() + 20 + small);
     for (MoeSpec s : every_moe_kind(small)) {
       if (s.out != DType::bf16) continue;
-      for (int64_t rows : {int64_t{77}, int64_t{3}}) {
+      for (int64_t rows : {int64_t{77}, int64_t{50}, int64_t{3}}) {
         s.rows = rows;
         if (!runs("cutlass", s)) GTEST_SKIP() << "the cutlass backend does not run in this build (reason above)";
         fast_case(s, rng, "cutlass");

@@ -7,10 +7,12 @@
 // scale pointers, scale layouts), so nothing is read back to the host and a call captures in a CUDA
 // graph.
 //
-// Two tile shapes: "wide" (128 x 128 tiles of y, for groups of many rows) and "narrow" (swap-AB:
-// CUTLASS computes y^T = b a^T per expert, the weight rows fill its 128-wide M and the expert's rows
-// its 32-wide N, for the few rows per expert of decode steps). Each expert is one group; an expert
-// without rows is a group of zero tiles, and so reads nothing.
+// Three tile shapes: "wide" (128 x 128 tiles of y, for groups of many rows) and, for the few rows
+// per expert of decode steps, "narrow" and "mid" (swap-AB: CUTLASS computes y^T = b a^T per expert,
+// the weight rows fill its 128-wide M and the expert's rows its 32- or 64-wide N). The narrowest
+// tile that holds the most rows a group can have (M_max, or M_total) is taken, so that each weight
+// tile is read once: a 32-wide tile over 64-row groups reads every weight tile twice. Each expert is
+// one group; an expert without rows is a group of zero tiles, and so reads nothing.
 
 #include <cuda_runtime_api.h>
 
@@ -59,6 +61,8 @@ namespace fusion = cutlass::epilogue::fusion;
 template <int kTileM, int kTileN, bool kSwapAB, bool kBlockScales>
 struct Kernel {
   static constexpr bool kSwap = kSwapAB;
+  static constexpr const char* kWho =
+      !kSwap ? "grouped cutlass (wide)" : kTileN <= 32 ? "grouped cutlass (narrow)" : "grouped cutlass (mid)";
   static constexpr bool kBlock = kBlockScales;
   using TileShape = Shape<Int<kTileM>, Int<kTileN>, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -289,7 +293,7 @@ typename K::Gemm::Arguments arguments(const GroupedProblem& p, const Arrays<K>& 
 template <class K>
 void run_kernel(const GroupedProblem& p, const GroupedOperands& ops, Workspaces& workspaces, cudaStream_t stream) {
   const DeviceInfo& dev = device_info(-1);
-  const char* who = K::kSwap ? "grouped cutlass (narrow)" : "grouped cutlass (wide)";
+  const char* who = K::kWho;
   // The per-group arrays first, then CUTLASS's own workspace (its tensor maps), in one buffer that
   // belongs to this stream (or to the graph being captured): concurrent calls never share it.
   // CUTLASS's part starts 256-byte aligned: it holds TMA descriptors (64-byte alignment).
@@ -354,14 +358,20 @@ template <bool kBlock>
 using Wide = Kernel<128, 128, false, kBlock>;
 template <bool kBlock>
 using Narrow = Kernel<128, 32, true, kBlock>;
+template <bool kBlock>
+using Mid = Kernel<128, 64, true, kBlock>;
+
+template <bool kBlock>
+void run_by_rows(const GroupedProblem& p, const GroupedOperands& ops, Workspaces& workspaces, cudaStream_t stream) {
+  if (p.rows <= 32) run_kernel<Narrow<kBlock>>(p, ops, workspaces, stream);
+  else if (p.rows <= 64) run_kernel<Mid<kBlock>>(p, ops, workspaces, stream);
+  else run_kernel<Wide<kBlock>>(p, ops, workspaces, stream);
+}
 
 }  // namespace cutlass_grouped
 #endif  // FP8ROUTE_HAVE_CUTLASS
 
 namespace {
-
-// Groups of at most this many rows (masked: M_max; contiguous: M_total) run the narrow kernel.
-constexpr int64_t kNarrowRows = 64;
 
 class CutlassGroupedBackend final : public GroupedBackend {
  public:
@@ -387,15 +397,9 @@ class CutlassGroupedBackend final : public GroupedBackend {
 
   void run(const GroupedProblem& p, const GroupedOperands& ops, cudaStream_t stream) const override {
 #ifdef FP8ROUTE_HAVE_CUTLASS
-    namespace cg = cutlass_grouped;
-    const bool narrow = p.rows <= kNarrowRows;
-    if (p.scale == ScaleKind::block) {
-      if (narrow) cg::run_kernel<cg::Narrow<true>>(p, ops, workspaces_, stream);
-      else cg::run_kernel<cg::Wide<true>>(p, ops, workspaces_, stream);
-    } else {
-      if (narrow) cg::run_kernel<cg::Narrow<false>>(p, ops, workspaces_, stream);
-      else cg::run_kernel<cg::Wide<false>>(p, ops, workspaces_, stream);
-    }
+    // The most rows one group can hold (masked: M_max; contiguous: M_total) picks the tile.
+    if (p.scale == ScaleKind::block) cutlass_grouped::run_by_rows<true>(p, ops, workspaces_, stream);
+    else cutlass_grouped::run_by_rows<false>(p, ops, workspaces_, stream);
 #else
     (void)p, (void)ops, (void)stream;
     FP8ROUTE_FAIL(ErrorCategory::unsupported, "cutlass: this build has no CUTLASS headers");
