@@ -5,7 +5,7 @@ writes a grouped routing table (docs/moe.md, Routing), which grouped_scaled_mm t
   python3 -m fp8route.tune_grouped --out FILE [--models deepseek-v3,qwen3-30b-a3b,...]
         [--forms masked,contiguous] [--scales block,row,tensor] [--masked-rows 1,2,4,...]
         [--contiguous-rows 1,2,...,32768] [--backends decode,wgmma,cutlass] [--catalog models.json]
-        [--seed 0] [--sets-max 8] [--resume] [--dry-run]
+        [--seed 0] [--sets-max 8] [--full-margin 0.1|none] [--resume] [--dry-run]
 
 One entry per (form, scale, E, N, K): each expert projection (gate_up, down) of each catalog model
 and expert-parallel degree of its "moe" section, E being the experts one GPU holds (experts / ep).
@@ -16,7 +16,10 @@ gets the tokens that picked it. Contiguous: tokens arrive until M_total rows lan
 experts. Each rotation set draws its own routing (and activations); the weights are shared.
 
 Every backend that runs the problem is timed side by side (fp8route._timing: CUDA graphs over the
-rotation sets, interleaved replays, cold L2, median of 20). FILE, when it exists, is read first: its
+rotation sets, interleaved replays, cold L2, median of 20). A masked point is timed a second time with
+every local expert holding M_max rows, and only the backends within --full-margin (10%) of the fastest
+there are written: a masked call's rows may spread unlike the model's routing (an expert-parallel
+rank's experts filled by many ranks' tokens), and the host cannot see how. FILE, when it exists, is read first: its
 entries are kept and those measured again are replaced, so a long tune can be run in parts (--resume
 skips the entries FILE already has, to go on after a run was cut off). Progress goes to stderr, one
 line per point.
@@ -135,11 +138,18 @@ def weights(scale, e, n, k):
     return b, sb
 
 
-def measure_point(form, scale, e_global, local, top_k, n, k, rows, backends, gen, b, sb, sets_max):
-    """{backend: us} at one rows, and {backend: why} for those that did not run."""
+def full_counts(experts, local, top_k, m_max, gen):
+    """Every local expert holding m_max rows: the most a masked call can be given."""
+    import torch
+    return torch.full((local,), m_max, dtype=torch.int32)
+
+
+def measure_point(form, scale, e_global, local, top_k, n, k, rows, backends, gen, b, sb, sets_max, full=False):
+    """{backend: us} at one rows, and {backend: why} for those that did not run. full: the masked
+    form with every local expert holding M_max rows instead of the model's routing."""
     import fp8route
     from fp8route._timing import l2_bytes, time_interleaved
-    draw = masked_counts if form == "masked" else contiguous_counts
+    draw = full_counts if full else masked_counts if form == "masked" else contiguous_counts
     first = draw(e_global, local, top_k, rows, gen)
     active = int((first > 0).sum())
     read = active * n * k + int(first.sum()) * k  # the active weights and the activations
@@ -158,6 +168,16 @@ def measure_point(form, scale, e_global, local, top_k, n, k, rows, backends, gen
     times = time_interleaved({be: op(be) for be in backends}, sets, errors=errors)
     mean_rows = float(sum(int(c.sum()) for c in counts)) / max(1, sum(int((c > 0).sum()) for c in counts))
     return times, errors, mean_rows
+
+
+def robust(routed, full, margin):
+    """The backends of `routed` ({backend: us}, the model's routing) whose time with every expert
+    full is within 1 + margin of the fastest there: a masked call's rows may spread unlike the
+    model's routing, and the host cannot see how."""
+    if not full:
+        return dict(routed)
+    best = min(full.values())
+    return {be: us for be, us in routed.items() if be in full and full[be] <= best * (1 + margin)}
 
 
 def read_table(path):
@@ -259,6 +279,9 @@ def main(argv=None):
     ap.add_argument("--catalog", default="", help="shapes/models.json (default: found as the library finds its data)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sets-max", type=int, default=8, help="rotation sets at most (each its own routing)")
+    ap.add_argument("--full-margin", default="0.1",
+                    help="masked entries keep only the backends within 1 + this of the fastest with every expert "
+                         "holding M_max rows (also measured); 'none' keeps every backend and skips that measurement")
     ap.add_argument("--resume", action="store_true", help="skip the entries --out already has")
     ap.add_argument("--dry-run", action="store_true", help="list the entries and rows, measure nothing")
     args = ap.parse_args(argv)
@@ -268,6 +291,12 @@ def main(argv=None):
     args.contiguous_rows = _ints(args.contiguous_rows, "--contiguous-rows")
     if args.sets_max < 1:
         raise SystemExit(f"--sets-max: at least 1, got {args.sets_max}")
+    try:
+        args.full_margin = None if args.full_margin == "none" else float(args.full_margin)
+    except ValueError:
+        raise SystemExit(f"--full-margin: a fraction >= 0 or 'none', got {args.full_margin!r}")
+    if args.full_margin is not None and not 0 <= args.full_margin < math.inf:
+        raise SystemExit(f"--full-margin: a fraction >= 0 or 'none', got {args.full_margin!r}")
     try:
         points = list(plan(args))
     except (OSError, ValueError) as e:
@@ -303,12 +332,20 @@ def main(argv=None):
         for r in rows:
             times, errors, mean_rows = measure_point(head["form"], head["scale"], experts, local, top_k, head["n"],
                                                      head["k"], r, backends, gen, b, sb, args.sets_max)
+            full = {}
+            if head["form"] == "masked" and args.full_margin is not None and len(times) > 1:
+                full, _, _ = measure_point("masked", head["scale"], experts, local, top_k, head["n"], head["k"], r,
+                                           list(times), gen, b, sb, args.sets_max, full=True)
+            kept = robust(times, full, args.full_margin or 0.0)
             done += 1
-            ranked = sorted(times.items(), key=lambda kv: kv[1])
+            ranked = sorted(kept.items(), key=lambda kv: kv[1])
             measured += [[r, be, us] for be, us in ranked]
             print(f"[{done}/{total} {time.time() - t0:.0f}s] {head['form']} {head['scale']} e={local} n={head['n']} "
                   f"k={head['k']} rows={r} ({mean_rows:.1f} per active expert): " +
-                  ", ".join(f"{be} {us:.2f}" for be, us in ranked) +
+                  ", ".join(f"{be} {us:.2f}" for be, us in sorted(times.items(), key=lambda kv: kv[1])) +
+                  ("; every expert full: " + ", ".join(f"{be} {us:.2f}" for be, us in
+                                                       sorted(full.items(), key=lambda kv: kv[1])) if full else "") +
+                  "".join(f"; {be} left out (over the margin when full)" for be in times if be not in kept) +
                   "".join(f"; {be} not run ({why})" for be, why in errors.items()), file=sys.stderr, flush=True)
         del b, sb
         torch.cuda.empty_cache()

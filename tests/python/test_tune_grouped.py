@@ -142,8 +142,10 @@ def test_main_measures_writes_and_resumes(tmp_path, monkeypatch, capsys):
     # The measuring loop without a GPU: measure_point and weights replaced by fakes, the rest as it runs.
     calls = []
 
-    def fake_point(form, scale, e_global, local, top_k, n, k, rows, backends, gen, b, sb, sets_max):
-        calls.append((form, scale, local, n, k, rows))
+    def fake_point(form, scale, e_global, local, top_k, n, k, rows, backends, gen, b, sb, sets_max, full=False):
+        calls.append((form, scale, local, n, k, rows) + (("full",) if full else ()))
+        if full:  # every expert full: decode 1.8x behind wgmma at 8 rows (left out), 1.2x at 1 (kept at 0.2)
+            return {"wgmma": 5.0, "decode": 6.0 if rows == 1 else 9.0}, {}, float(rows)
         return {"wgmma": 5.0, "decode": 1.0 + rows}, {"cutlass": "cannot run"}, 1.5
 
     monkeypatch.setattr(tg, "measure_point", fake_point)
@@ -155,12 +157,22 @@ def test_main_measures_writes_and_resumes(tmp_path, monkeypatch, capsys):
     out = str(tmp_path / "g.json")
     args = ["--out", out, "--models", "qwen3-30b-a3b", "--scales", "row", "--masked-rows", "1,8",
             "--contiguous-rows", "4"]
-    assert tg.main(args + ["--forms", "masked"]) == 0
+    assert tg.main(args + ["--forms", "masked", "--full-margin", "none"]) == 0
     assert len(calls) == 4  # gate_up and down, 2 rows each
     assert "not run (cannot run)" in capsys.readouterr().err
     table = tg.read_table(out)
     assert [e["measured"] for e in table["entries"]][0] == [[1, "decode", 2.0], [1, "wgmma", 5.0],
                                                             [8, "wgmma", 5.0], [8, "decode", 9.0]]
+    # By default each masked point is timed again with every expert full, and a backend more than
+    # --full-margin behind the fastest there is left out of the entry.
+    calls.clear()
+    assert tg.main(args + ["--forms", "masked", "--full-margin", "0.25"]) == 0
+    assert len(calls) == 8 and sum(c[-1] == "full" for c in calls) == 4
+    assert "decode left out (over the margin when full)" in capsys.readouterr().err
+    table = tg.read_table(out)
+    assert [e["measured"] for e in table["entries"]][0] == [[1, "decode", 2.0], [1, "wgmma", 5.0], [8, "wgmma", 5.0]]
+    assert tg.robust({"a": 1.0, "b": 2.0}, {"a": 1.3, "b": 1.0}, 0.25) == {"b": 2.0}
+    assert tg.robust({"a": 1.0, "b": 2.0}, {}, 0.0) == {"a": 1.0, "b": 2.0}
     # The library reads what the tune wrote and routes by it.
     fp8route.load_grouped_table(out)
     try:
@@ -175,6 +187,9 @@ def test_main_measures_writes_and_resumes(tmp_path, monkeypatch, capsys):
     assert len(tg.read_table(out)["entries"]) == 4
     with pytest.raises(SystemExit, match="--backends"):
         tg.main(args + ["--backends", "nope"])
+    for bad in ("-0.1", "nan", "inf", "x"):
+        with pytest.raises(SystemExit, match="--full-margin"):
+            tg.main(args + ["--full-margin", bad])
     monkeypatch.setattr(tg, "_machine_stamp", lambda: dict(STAMP, gpu="NVIDIA H100 80GB HBM3"))
     with pytest.raises(SystemExit, match="measured on NVIDIA H200"):
         tg.main(args)
