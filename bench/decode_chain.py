@@ -26,9 +26,8 @@ Per traced kernel (in launch order; `prev` is the previous traced kernel):
   post      its last block exit - its first wait release (its path after the dependency)
   incr      its last block exit - prev's last block exit (what it adds to the step)
   GEMMs:    read = weight bytes / copy bandwidth; above = incr - read and above_post = post - read.
-Per_token_quant (before o_proj) and the fused silu_and_mul + quant (before down_proj) are not traced:
-the boundary and incr of the kernel after them include them (marked "+q"). The embedding and lm_head
-are torch kernels, not traced. The table shows each kernel of a layer as the median over layers
+The per-token quant before o_proj and the fused silu_and_mul + quant before down_proj are traced as
+their own rows (o_quant, silu_quant). The embedding and lm_head are torch kernels, not traced. The table shows each kernel of a layer as the median over layers
 1 .. L-1 and over --trace-reps replays; --json keeps every kernel of every replay's median.
 
 --ring own,deep (the default) captures the model twice: with each decode GEMM config's own weight
@@ -218,13 +217,15 @@ def layer_roles(model):
     if traced("qkv"):
         roles.append(("qkv", layer.qkv, ""))
     roles.append(("attention", None, ""))
+    roles.append(("o_quant", None, ""))  # the per-token quant of the attention's output
     if traced("o"):
-        roles.append(("o", layer.o, "+q"))
+        roles.append(("o", layer.o, ""))
     roles.append(("post_norm", None, ""))
     if traced("gate_up"):
         roles.append(("gate_up", layer.gate_up, ""))
+    roles.append(("silu_quant", None, ""))  # the fused SiLU-and-mul per-token quant
     if traced("down"):
-        roles.append(("down", layer.down, "+q"))
+        roles.append(("down", layer.down, ""))
     return roles, routes
 
 

@@ -29,6 +29,8 @@ timed with its own CUDA events; the median (bench/e2e.py's method).
   python3 bench/moe_e2e.py --mode model --layers 8 --json moe_e2e.json
   python3 bench/moe_e2e.py --mode layer --model deepseek-v3-ep8 --moe-layers 4 --variants fp8route,torch_fp8
   python3 bench/moe_e2e.py --mode layer --batches 1 --profile    # where a layer's time goes, kernel by kernel
+  python3 bench/moe_e2e.py --mode layer --batches 1 --trace      # the same from the kernels' own clocks
+                                                                 # (a -DFP8ROUTE_CHAIN_TRACE=ON build)
 
 Memory (model mode, all 48 layers): about 30 GB of FP8 experts shared by fp8route and torch_fp8,
 60 GB of bf16 experts, 30 GB more for fp8route:block (requantized in blocks): the default variants
@@ -140,6 +142,51 @@ def profile_kernels(graphs, per_replay, batch, replays=20):
             print(f"    {us:7.2f} us  x{n:4.1f}  {name[:110]}", flush=True)
 
 
+def trace_kernels(fs, x, v, batch, blocks, reps, floor_us):
+    """The chain trace of one variant's blocks (a build with FP8ROUTE_CHAIN_TRACE; bench/decode_chain.py
+    and docs/benchmarks.md define the columns): each traced kernel of a block as the median over blocks
+    1 .. L-1 and `reps` replays. The router's GEMM (torch) is not traced: the first kernel's boundary
+    holds it. Returns the rows for --json."""
+    import decode_chain as dc
+    from fp8route import chain_trace as ct
+    ct.arm(4096)  # after the timed graphs' first calls: only the capture takes slots
+    try:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for f in fs:
+                f(x)
+    finally:
+        ct.disarm()
+    kinds = [r["kernel"] for r in ct.read()]
+    replays = dc.traced_replays(g.replay, reps)
+    rows = dc.median_rows(replays)
+    if not kinds or len(kinds) % blocks:
+        print(f"  trace batch {batch} {v}: {len(kinds)} traced kernels for {blocks} blocks; skipped", flush=True)
+        return []
+    per = len(kinds) // blocks
+    print(f"  trace batch {batch} {v}: {per} traced kernels a block (median of blocks 1..{blocks - 1}, {reps} replays)",
+          flush=True)
+    print(f"    {'kernel':34s} {'[grid]':>10} {'lead':>7} {'boundary':>9} {'post':>7} {'incr':>7}", flush=True)
+    out, block_us = [], []
+    for j in range(per):
+        idx = [b * per + j for b in range(1, blocks)]
+        pick = lambda key: dc.med(rows[i][key] for i in idx)  # noqa: E731
+        r = dict(kernel=kinds[j] + (" (+router)" if j == 0 else ""), grid=replays[0][j]["grid"],
+                 lead=pick("lead"), boundary=pick("boundary"), post=pick("post"), incr=pick("incr"))
+        out.append(r)
+        grid = "[" + ",".join(str(n) for n in r["grid"][:2]) + "]"
+        print(f"    {r['kernel'][:34]:34s} {grid:>10} {dc.fmt(r['lead'])} {dc.fmt(r['boundary'], 9)} "
+              f"{dc.fmt(r['post'])} {dc.fmt(r['incr'])}", flush=True)
+    for b in range(1, blocks):
+        incr = [rows[b * per + j]["incr"] for j in range(per)]
+        if all(i is not None for i in incr):
+            block_us.append(sum(incr))
+    if block_us:
+        print(f"    block (sum of incr, median): {dc.med(block_us):.2f} us against a read floor of {floor_us:.2f} us",
+              flush=True)
+    return out
+
+
 def layer_mode(args, moe, bw, e2e, M):
     from fp8route.models.backends import _make_backend
     from fp8route.models.moe_ffn import moe_kind
@@ -192,6 +239,14 @@ def layer_mode(args, moe, bw, e2e, M):
                   f"({floor[v] / args.moe_layers / 1e6:6.1f} MB read), {100 * floor_us / us:5.1f}% of it", flush=True)
         if args.profile:
             profile_kernels(graphs, args.moe_layers, batch)
+        if args.trace:
+            from fp8route import chain_trace as ct
+            if not ct.compiled_in():
+                print("  trace: this build has no chain trace (configure with -DFP8ROUTE_CHAIN_TRACE=ON)", flush=True)
+            for v in [v for v in graphs if v.startswith("fp8route") and "torch-glue" not in v] if ct.compiled_in() else []:
+                rows.append(dict(mode="trace", variant=v, batch=batch,
+                                 kernels=trace_kernels(blocks[v], x, v, batch, args.moe_layers, args.trace_reps,
+                                                       floor[v] / bw * 1e6 / args.moe_layers)))
         del graphs
     del blocks
     gc.collect()
@@ -264,6 +319,10 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", action="store_true",
                     help="layer mode: also each variant's kernels per layer (torch.profiler) after its timing")
+    ap.add_argument("--trace", action="store_true",
+                    help="layer mode: also the chain trace of each fp8route variant's kernels (a build with "
+                    "-DFP8ROUTE_CHAIN_TRACE=ON; docs/benchmarks.md)")
+    ap.add_argument("--trace-reps", type=int, default=50, help="traced replays (each read back) with --trace")
     ap.add_argument("--json", help="write the rows to this file")
     args = ap.parse_args()
     if not torch.cuda.is_available():

@@ -17,10 +17,12 @@
 #include <string>
 #include <utility>
 
+#include "core/chain_trace.cuh"
 #include "core/checks.h"
 #include "core/griddep.cuh"
 #include "core/launch.h"
 #include "fp8route/moe.h"
+#include "fp8route/tuning/chain_trace.h"
 #include "fp8route/tuning/cuda_check.h"
 #include "quant/common.cuh"
 #include "quant/launch_common.h"
@@ -179,6 +181,7 @@ struct RouteParams {
   int route_warps;  // route_masked_dispatch_kernel: the warps that route
   float* weights;
   int32_t* ids;
+  FP8ROUTE_TRACE_FIELD  // route_masked_dispatch_kernel, in a chain-trace build
 };
 
 // Floats of shared-memory scratch one token's routing needs.
@@ -265,8 +268,10 @@ template <class InT, bool kSigmoid>
 __global__ void __launch_bounds__(kDispatchThreads)
     route_masked_dispatch_kernel(const RouteParams r, const int32_t* expert_map, int map_len, int experts, int m_max,
                                  int32_t* src2dst, int32_t* masked_m) {
+  FP8ROUTE_TRACE_SCOPE(r.trace);
   griddep_launch_dependents();
   griddep_wait();
+  FP8ROUTE_TRACE(trace_release(r.trace));
   __shared__ int32_t expert_of[kMoeDispatchMaxEntries];
   extern __shared__ float route_smem[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -423,15 +428,10 @@ __device__ __forceinline__ void store8(OutT* out, const float (&acc)[kQuantVec])
   }
 }
 
+// Output vector v (kQuantVec values) of token t.
 template <class RowT, class OutT>
-__global__ void __launch_bounds__(kCombineThreads)
-    combine_kernel(const RowT* rows, int64_t row_count, int hidden, const int32_t* src2dst, const float* weights,
-                   int top_k, OutT* out) {
-  griddep_launch_dependents();
-  griddep_wait();
-  const int64_t t = blockIdx.x;
-  const int v = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-  if (v * kQuantVec >= hidden) return;
+__device__ __forceinline__ void combine_vector(const RowT* rows, int64_t row_count, int hidden, const int32_t* src2dst,
+                                               const float* weights, int top_k, OutT* out, int64_t t, int v) {
   float acc[kQuantVec] = {};
   for (int j = 0; j < top_k; ++j) {
     const int32_t d = src2dst[t * top_k + j];
@@ -443,6 +443,19 @@ __global__ void __launch_bounds__(kCombineThreads)
     for (int i = 0; i < kQuantVec; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(x[i], w));
   }
   store8(out + t * hidden + v * kQuantVec, acc);
+}
+
+template <class RowT, class OutT>
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_kernel(const RowT* rows, int64_t row_count, int hidden, const int32_t* src2dst, const float* weights,
+                   int top_k, OutT* out FP8ROUTE_TRACE(, TraceSlot* trace)) {
+  FP8ROUTE_TRACE_SCOPE(trace);
+  griddep_launch_dependents();
+  griddep_wait();
+  FP8ROUTE_TRACE(trace_release(trace));
+  const int64_t t = blockIdx.x;
+  const int v = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (v * kQuantVec < hidden) combine_vector(rows, row_count, hidden, src2dst, weights, top_k, out, t, v);
 }
 
 }  // namespace fp8route::kernels
@@ -713,6 +726,7 @@ void moe_route_masked_dispatch(const TensorView& logits, const TensorView& bias,
                    weights, ids);
   r.route_warps = warps;
   const LaunchShape shape = pdl_shape(dim3(1), kernels::kDispatchThreads, static_cast<size_t>(warps * per_token));
+  FP8ROUTE_TRACE(r.trace = chain_trace::next("route_masked_dispatch", shape.grid, shape.block, shape.smem));
   quant_launch::dispatch_float(logits.dtype, [&]<class InT>() {
     const auto kernel = sigmoid ? kernels::route_masked_dispatch_kernel<InT, true>
                                 : kernels::route_masked_dispatch_kernel<InT, false>;
@@ -811,12 +825,13 @@ void moe_combine(const TensorView& down_rows, const TensorView& src2dst, const T
   const dim3 grid(static_cast<unsigned>(tokens),
                   static_cast<unsigned>((vecs + kernels::kCombineThreads - 1) / kernels::kCombineThreads));
   const int threads = static_cast<int>(std::min<int64_t>(kernels::kCombineThreads, (vecs + 31) / 32 * 32));
+  FP8ROUTE_TRACE(kernels::TraceSlot* const trace = chain_trace::next("combine", grid, dim3(threads), 0));
   dispatch_half(down_rows.dtype, [&]<class RowT>() {
     auto launch = [&]<class OutT>() {
       launch_kernel(kernels::combine_kernel<RowT, OutT>, pdl_shape(grid, dim3(threads)), stream,
                     static_cast<const RowT*>(down_rows.data), down_rows.size(0), static_cast<int>(hidden),
                     static_cast<const int32_t*>(src2dst.data), static_cast<const float*>(weights.data),
-                    static_cast<int>(top_k), static_cast<OutT*>(out.data));
+                    static_cast<int>(top_k), static_cast<OutT*>(out.data) FP8ROUTE_TRACE(, trace));
     };
     if (out.dtype == DType::f32) launch.template operator()<float>();
     else launch.template operator()<RowT>();

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/chain_trace.cuh"
 #include "quant/common.cuh"
 
 namespace fp8route::kernels {
@@ -103,6 +104,7 @@ struct RowQuantParams {
   // neither read nor written when t % m_max >= masked_m[e] (clamped to [0, m_max]).
   const int32_t* masked_m;
   int32_t m_max;
+  FP8ROUTE_TRACE_FIELD  // the per-token kernel, in a chain-trace build
 };
 
 }  // namespace fp8route::kernels

@@ -62,8 +62,10 @@ __device__ __forceinline__ void for_each_destination(const RowQuantParams& p, in
 // kMasked: a row past its slab's count (RowQuantParams::masked_m) is skipped whole.
 template <class InT, bool kFused, bool kAligned, int kRegVecs, bool kScatter = false, bool kMasked = false>
 __global__ void __launch_bounds__(kRowThreads) per_token_quant_kernel(const RowQuantParams p) {
+  FP8ROUTE_TRACE_SCOPE(p.trace);
   griddep_launch_dependents();  // PDL (core/griddep.cuh): everything below may read the previous kernel's output
   griddep_wait();
+  FP8ROUTE_TRACE(trace_release(p.trace));
   __shared__ float smem[32];
   const int64_t t = blockIdx.x;
   if constexpr (kMasked) {  // block-uniform: the whole block leaves

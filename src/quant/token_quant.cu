@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/checks.h"
+#include "fp8route/tuning/chain_trace.h"
 #include "fp8route/tuning/cuda_check.h"
 #include "core/launch.h"
 #include "fp8route/quant.h"
@@ -21,7 +22,11 @@ namespace {
 // The per-token kernel for rows of p.hidden elements, with the register vectors such a row needs
 // (token_kernel.cuh, token_reg_vecs).
 template <class InT, bool kFused, bool kAligned, bool kScatter = false, bool kMasked = false>
-void launch_token_kernel(const RowQuantParams& p, const LaunchShape& shape, cudaStream_t stream) {
+void launch_token_kernel(const RowQuantParams& params, const LaunchShape& shape, cudaStream_t stream) {
+  RowQuantParams p = params;
+  FP8ROUTE_TRACE(p.trace = chain_trace::next(kFused ? (kMasked ? "masked silu+token_quant" : "silu+token_quant")
+                                                    : (kScatter ? "scatter token_quant" : "token_quant"),
+                                             shape.grid, shape.block, shape.smem));
   const int64_t vecs = (p.hidden + kernels::kQuantVec - 1) / kernels::kQuantVec;
   switch (kernels::token_reg_vecs(vecs)) {
     case 1: launch_kernel(kernels::per_token_quant_kernel<InT, kFused, kAligned, 1, kScatter, kMasked>, shape, stream, p); break;

@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "fp8route/tuning/chain_trace.h"
 #include "fp8route/tuning/cuda_check.h"
 #include "fp8route/tuning/gemm_knobs.h"
 #include "core/launch.h"
@@ -175,6 +176,7 @@ class DecodeBackend final : public GroupedBackend {
     s.smem = k.smem;
     if (l.splits > 1) s.cluster = dim3(1, l.splits, 1);
     s.pdl = true;
+    FP8ROUTE_TRACE(kp.trace = chain_trace::next("grouped decode", s.grid, s.block, s.smem, s.cluster));
     launch_kernel(kernel, s, stream, wmap, amap, kp);
   }
 };

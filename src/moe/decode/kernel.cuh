@@ -32,6 +32,7 @@
 
 #include <cstdint>
 
+#include "core/chain_trace.cuh"
 #include "core/griddep.cuh"
 #include "gemm/decode/parts.cuh"
 #include "gemm/sm90.cuh"
@@ -52,6 +53,7 @@ struct Params : moe::GroupedArgs {
   int split_kblocks;  // K blocks per split (the last split may have fewer)
   int splits;         // cluster size along y; 1 = no cluster
   int row_blocks;     // ceil(N / kRows)
+  FP8ROUTE_TRACE_FIELD
 };
 
 template <int kTokenTiles, int kRowTilesPerWarp, int kStages>
@@ -111,9 +113,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int kb0 = blockIdx.y * p.split_kblocks;
   const int nk = min(p.kblocks, kb0 + p.split_kblocks) - kb0;
   const bool block_scales = p.scale_kind == 2;
+  // The producer warp returns after its loop, the consumers at the end: every thread meets the
+  // exit barrier of the trace scope.
+  FP8ROUTE_TRACE_SCOPE(p.trace);
 
   init_ring(full0, empty0, kStages);
   griddep_wait();
+  FP8ROUTE_TRACE(trace_release(p.trace));
   // One tile per expert with rows: prefix[e] is e's rank among the active experts. The scan's
   // barriers also publish the barrier initialization.
   moe::scan_tiles<kThreads>(p.g, 0x7FFFFFFF, prefix);
