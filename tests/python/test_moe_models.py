@@ -486,7 +486,7 @@ def test_catalog_moe_entries_match_the_configs():
 
 
 # ------------------------------------------------------------------------------------------------
-# GPU (not yet run)
+# GPU
 # ------------------------------------------------------------------------------------------------
 
 def _per_token_rel(a, b):
@@ -547,7 +547,10 @@ def test_gpu_moe_decode_graph_replay_equals_eager(backend, act):
 @pytest.mark.parametrize("act", ["row", "block"])
 def test_gpu_fp8route_block_expert_parallel(family, act):
     """Fp8MoE with an expert map on each of 2 ranks (and DeepSeek-V3's sigmoid routing and shared
-    expert): the ranks' outputs sum to the float32 block, up to activation quantization."""
+    expert): the ranks' outputs sum to the same layer on one GPU (each rank's output rounded to bf16
+    once), and to the float32 block up to FP8 activation quantization, which at these tiny widths
+    (H = 256, experts of 128) puts the block's output 3-6% from float32 per token; the whole model's
+    test sees less, its residual stream carrying most of each token's value."""
     moe = M.MoeConfig.from_hf(TINY[family])
     layer = moe.sparse_layers[0]
     state = {k: v.cuda() for k, v in _state(family, "block" if act == "block" else "channel", 5).items()}
@@ -558,16 +561,22 @@ def test_gpu_fp8route_block_expert_parallel(family, act):
                          bias=None if ref.bias is None else ref.bias.cuda(),
                          shared=None if ref.shared is None else tuple(_to_cuda(s) for s in ref.shared))(x.float())
     be = backends._make_backend("fp8route", act, False)
-    total = 0
-    for rank in range(2):
-        kind = "block" if act == "block" else "channel"
-        blk = M.moe_block_from_state(moe, state, layer, kind, rank=rank, world=2, device="cuda",
+    kind = "block" if act == "block" else "channel"
+
+    def rank_out(rank, world):
+        blk = M.moe_block_from_state(moe, state, layer, kind, rank=rank, world=world, device="cuda",
                                      kind="block" if act == "block" else "rowwise")
         shared = None if blk["shared"] is None else tuple(be.linear(w) for w in blk["shared"])
+        emap = M.expert_map(moe.num_experts, rank, world, "cuda") if world > 1 else None
         ffn = M.MoeFfn(moe, blk["experts"], blk["router"], be, "fp8route", act, bias=blk["bias"], shared=shared,
-                       add_shared=rank == 0, expert_map=M.expert_map(moe.num_experts, rank, 2, "cuda"))
-        total = total + ffn(x.to(torch.bfloat16)).float()
-    _close_but_for_flips(total, want, 5e-2)
+                       add_shared=rank == 0, expert_map=emap)
+        return ffn(x.to(torch.bfloat16)).float()
+
+    total = rank_out(0, 2) + rank_out(1, 2)
+    one = rank_out(0, 1)
+    # The same routing and codes on both sides: the sum differs by the ranks' bf16 roundings only.
+    assert (_per_token_rel(total, one) < 2e-2).all(), _per_token_rel(total, one)
+    _close_but_for_flips(total, want, 0.12)
 
 
 def _to_cuda(lin):
