@@ -27,8 +27,9 @@ Per traced kernel (in launch order; `prev` is the previous traced kernel):
   incr      its last block exit - prev's last block exit (what it adds to the step)
   GEMMs:    read = weight bytes / copy bandwidth; above = incr - read and above_post = post - read.
 The per-token quant before o_proj and the fused silu_and_mul + quant before down_proj are traced as
-their own rows (o_quant, silu_quant). The embedding and lm_head are torch kernels, not traced. The table shows each kernel of a layer as the median over layers
-1 .. L-1 and over --trace-reps replays; --json keeps every kernel of every replay's median.
+their own rows (o_quant, silu_quant). The embedding and lm_head are torch kernels, not traced. The
+table shows each kernel of a layer as the median over layers 1 .. L-1 and over --trace-reps
+replays; --json keeps every kernel of every replay's median.
 
 --ring own,deep (the default) captures the model twice: with each decode GEMM config's own weight
 ring, and with the deep ring (one-block-per-SM configs in one-wave grids request up to their whole

@@ -243,10 +243,12 @@ def layer_mode(args, moe, bw, e2e, M):
             from fp8route import chain_trace as ct
             if not ct.compiled_in():
                 print("  trace: this build has no chain trace (configure with -DFP8ROUTE_CHAIN_TRACE=ON)", flush=True)
-            for v in [v for v in graphs if v.startswith("fp8route") and "torch-glue" not in v] if ct.compiled_in() else []:
-                rows.append(dict(mode="trace", variant=v, batch=batch,
-                                 kernels=trace_kernels(blocks[v], x, v, batch, args.moe_layers, args.trace_reps,
-                                                       floor[v] / bw * 1e6 / args.moe_layers)))
+            else:
+                for v in graphs:
+                    if v.startswith("fp8route") and "torch-glue" not in v:
+                        kernels = trace_kernels(blocks[v], x, v, batch, args.moe_layers, args.trace_reps,
+                                                floor[v] / bw * 1e6 / args.moe_layers)
+                        rows.append(dict(mode="trace", variant=v, batch=batch, kernels=kernels))
         del graphs
     del blocks
     gc.collect()

@@ -19,10 +19,10 @@ Every backend that runs the problem is timed side by side (fp8route._timing: CUD
 rotation sets, interleaved replays, cold L2, median of 20). A masked point is timed a second time with
 every local expert holding M_max rows, and only the backends within --full-margin (10%) of the fastest
 there are written: a masked call's rows may spread unlike the model's routing (an expert-parallel
-rank's experts filled by many ranks' tokens), and the host cannot see how. FILE, when it exists, is read first: its
-entries are kept and those measured again are replaced, so a long tune can be run in parts (--resume
-skips the entries FILE already has, to go on after a run was cut off). Progress goes to stderr, one
-line per point.
+rank's experts filled by many ranks' tokens), and the host cannot see how. FILE, when it exists, is
+read first: its entries are kept and those measured again are replaced, so a long tune can be run in
+parts (--resume skips the entries FILE already has, to go on after a run was cut off). Progress goes
+to stderr, one line per point.
 """
 import argparse
 import json
