@@ -266,6 +266,7 @@ void decode_attention(const DecodeAttentionArgs& a, const TensorView& out, cudaS
   FP8ROUTE_CHECK(hk * p.chunks <= 65535, "num_kv_heads: " << hk << " kv heads in " << p.chunks
                                                           << " chunks exceed the grid's 65535");
   const int splits = l.splits;
+  FP8ROUTE_CHECK(splits >= 1 && splits <= kernels::kAttnMaxSplits, "decode attention: " << splits << " splits");
   const AttnKernel k = attention_kernel(qkv.dtype, static_cast<int>(head_dim), g);
   allow_smem(k, device_info(-1).index);
   const LaunchShape shape{dim3(static_cast<unsigned>(splits), static_cast<unsigned>(p.hk * p.chunks),

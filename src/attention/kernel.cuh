@@ -5,15 +5,15 @@
 // Grid: x = the splits of one sequence's cached positions (one thread block cluster), y = kv head x
 // chunk of its query heads, z = sequence. A block:
 //  1. prologue: the G query heads of its chunk (and, in cluster rank 0, the new key) are normalized
-//     per head (optional) and rotated, rounded to the input dtype, and kept in shared memory; rank 0
-//     of chunk 0 writes the new key and value to the cache;
+//     per head (optional) and rotated, rounded to the input dtype, and kept in shared memory;
 //  2. main loop over its split of positions lo .. p - 1 read from the cache: a group of D / 8 lanes
 //     holds one position's 8-element slices of K and V (16-byte loads), so a warp covers 32 / (D / 8)
 //     positions per step; each lane keeps an online softmax state (max, sum, 8 output columns) per
 //     query head;
 //  3. merges: the lanes of one warp, the warps of the block (through shared memory; rank 0 adds the
 //     new position's own key and value), then the blocks of the cluster in rank order (reading
-//     peers' shared memory), so the result does not depend on timing.
+//     peers' shared memory), so the result does not depend on timing; between the last two, rank 0
+//     of chunk 0 writes the new key and value to the cache.
 // Softmax runs in base 2 on scores pre-multiplied by scale * log2(e).
 
 #include <cooperative_groups.h>
@@ -53,6 +53,7 @@ struct DecodeAttnParams {
 
 constexpr int kAttnWarps = 8;
 constexpr int kAttnThreads = kAttnWarps * 32;
+constexpr int kAttnMaxSplits = 8;  // blocks of one cluster (the portable cluster size)
 
 template <int D, int G>
 struct AttnSmem {
@@ -218,11 +219,6 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
     for (int i = tid; i < D; i += kAttnThreads) smem[Smem::kVn + i] = static_cast<float>(vsrc[i]);
   __syncthreads();
   if (owner) {
-    if (chunk == 0)  // the new key (rounded, so exact in T) and value, once per kv head
-      for (int i = tid; i < D; i += kAttnThreads) {
-        static_cast<T*>(p.k_cache)[kbase + pos * p.kc_sp + i] = static_cast<T>(smem[Smem::kKn + i]);
-        static_cast<T*>(p.v_cache)[vbase + pos * p.vc_sp + i] = vsrc[i];
-      }
     for (int h = warp; h < ng; h += kAttnWarps) {
       float s = 0.0f;
       for (int i = lane; i < D; i += 32) s = fmaf(smem[Smem::kQ + h * D + i], smem[Smem::kKn + i], s);
@@ -334,22 +330,48 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_attention_kernel(const
     if (i % D == 0) smem[Smem::kCm + j] = mx, smem[Smem::kCl + j] = lsum;
   }
   cluster.sync();
+  // The new key (rounded, so exact in T) and value into the cache, once per kv head. Written only
+  // now: the cluster barrier's release would otherwise wait for these stores to complete.
+  if (owner && chunk == 0)
+    for (int i = tid; i < D; i += kAttnThreads) {
+      static_cast<T*>(p.k_cache)[kbase + pos * p.kc_sp + i] = static_cast<T>(smem[Smem::kKn + i]);
+      static_cast<T*>(p.v_cache)[vbase + pos * p.vc_sp + i] = static_cast<T>(smem[Smem::kVn + i]);
+    }
   // ... and the blocks of the cluster, in rank order: each block finishes a share of the outputs.
   const int share = (ng * D + splits - 1) / splits;
   const int stop = min(ng * D, (rank + 1) * share);
   for (int i = rank * share + tid; i < stop; i += kAttnThreads) {
     const int j = i / D;
+    // Every peer's state read first (the reads' latencies overlap), then merged in rank order.
+    float cm[kAttnMaxSplits], cl[kAttnMaxSplits], co[kAttnMaxSplits];
+#pragma unroll
+    for (int r = 0; r < kAttnMaxSplits; ++r) {
+      if (r < splits) {
+        cm[r] = *cluster.map_shared_rank(smem + Smem::kCm + j, r);
+        cl[r] = *cluster.map_shared_rank(smem + Smem::kCl + j, r);
+        co[r] = *cluster.map_shared_rank(smem + Smem::kCo + i, r);
+      }
+    }
     float mx = -INFINITY;
-    for (int r = 0; r < splits; ++r) mx = fmaxf(mx, *cluster.map_shared_rank(smem + Smem::kCm + j, r));
+#pragma unroll
+    for (int r = 0; r < kAttnMaxSplits; ++r)
+      if (r < splits) mx = fmaxf(mx, cm[r]);
     float lsum = 0.0f, acc = 0.0f;
-    for (int r = 0; r < splits; ++r) {
-      const float c = merge_weight(*cluster.map_shared_rank(smem + Smem::kCm + j, r), mx);
-      lsum += *cluster.map_shared_rank(smem + Smem::kCl + j, r) * c;
-      acc += *cluster.map_shared_rank(smem + Smem::kCo + i, r) * c;
+#pragma unroll
+    for (int r = 0; r < kAttnMaxSplits; ++r) {
+      if (r < splits) {
+        const float c = merge_weight(cm[r], mx);
+        lsum += cl[r] * c;
+        acc += co[r] * c;
+      }
     }
     out[i] = static_cast<T>(acc / lsum);
   }
-  cluster.sync();  // peers may still read this block's shared memory
+  // Peers may still read this block's shared memory: no block leaves before every block has read.
+  // A relaxed arrive: the reads are complete (their values are used above), and a release would
+  // wait for this block's output stores.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
 }  // namespace fp8route::kernels
