@@ -39,8 +39,25 @@ __device__ __forceinline__ float logit(const InT* row, int e) {
   else return static_cast<float>(row[e]);
 }
 
-// Of (v, i) and (ov, oi): whether the other is the better, larger value first, then the lower index.
-__device__ __forceinline__ bool better(float ov, int oi, float v, int i) { return ov > v || (ov == v && oi < i); }
+// A float's bits as an unsigned that orders as the float does (negative values reversed), but for
+// -0 < +0 and NaN: the callers' values are neither NaN nor -0.
+__device__ __forceinline__ unsigned ordered_bits(float v) {
+  const unsigned b = __float_as_uint(v);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+__device__ __forceinline__ float from_ordered_bits(unsigned u) {
+  return __uint_as_float(u & 0x80000000u ? u & 0x7FFFFFFFu : ~u);
+}
+
+// The warp's best of each lane's (best, bi): the larger value first, then the lower index; every
+// lane gets it. Two warp reductions (the values' ordered bits, then the indices holding the
+// maximum) in place of a shuffle tree of comparisons; the same winner.
+__device__ __forceinline__ void warp_argmax(float& best, int& bi) {
+  const unsigned mine = ordered_bits(best);
+  const unsigned top = __reduce_max_sync(0xffffffffu, mine);
+  bi = static_cast<int>(__reduce_min_sync(0xffffffffu, mine == top ? static_cast<unsigned>(bi) : 0xFFFFFFFFu));
+  best = from_ordered_bits(top);
+}
 
 // top_k rounds of a warp arg-max over v[0, n) (larger value first, then the lower index; `floor` is
 // below every value still choosable), each round's winner set to `taken`. Lane k gets round k's
@@ -54,11 +71,7 @@ __device__ __forceinline__ void warp_topk(float* v, int n, int top_k, float floo
     int bi = n;
     for (int e = lane; e < n; e += 32)  // ascending e: a tie keeps the lower index
       if (v[e] > best) best = v[e], bi = e;
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (better(ov, oi, best, bi)) best = ov, bi = oi;
-    }
+    warp_argmax(best, bi);
     const float w = weight_of(bi, best);
     if (lane == k) w_mine = w, id_mine = bi;
     total = __fadd_rn(total, w);
@@ -72,8 +85,8 @@ __device__ __forceinline__ void warp_topk(float* v, int n, int top_k, float floo
 // each round's winner marked taken (-1, below every probability). A NaN probability is kept as -0.5
 // (below every real one, above a taken one), so that ids stay in [0, E) whatever the logits.
 template <class InT>
-__device__ __forceinline__ void softmax_topk_token(const InT* row, int experts, int top_k, bool renormalize, float* p,
-                                                   int lane, float* weights_t, int32_t* ids_t) {
+__device__ __forceinline__ int softmax_topk_token(const InT* row, int experts, int top_k, bool renormalize, float* p,
+                                                  int lane, float* weights_t, int32_t* ids_t) {
   float m = -INFINITY;
   for (int e = lane; e < experts; e += 32) {
     p[e] = logit(row, e);
@@ -98,6 +111,7 @@ __device__ __forceinline__ void softmax_topk_token(const InT* row, int experts, 
     weights_t[lane] = renormalize ? __fdiv_rn(w_mine, total) : w_mine;
     ids_t[lane] = id_mine;
   }
+  return id_mine;
 }
 
 // ---- DeepSeek-V3 grouped top-k: one warp per token ------------------------------------------------
@@ -111,7 +125,7 @@ constexpr int kGroupedTopkMaxGroups = 32;  // a group per lane when the groups a
 // experts, each winner marked taken (-inf). Weights: s of the chosen, over their sum when
 // renormalize, times scaling.
 template <class InT>
-__device__ __forceinline__ void grouped_topk_token(const InT* row, const float* bias, int experts, int n_group,
+__device__ __forceinline__ int grouped_topk_token(const InT* row, const float* bias, int experts, int n_group,
                                                    int topk_group, int top_k, bool renormalize, float scaling,
                                                    float* s, int lane, float* weights_t, int32_t* ids_t) {
   float* c = s + experts;
@@ -146,11 +160,7 @@ __device__ __forceinline__ void grouped_topk_token(const InT* row, const float* 
   for (int r = 0; r < topk_group; ++r) {
     float best = taken_group ? -INFINITY : gs;
     int bi = taken_group ? kGroupedTopkMaxGroups : lane;
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (better(ov, oi, best, bi)) best = ov, bi = oi;
-    }
+    warp_argmax(best, bi);
     keep |= 1u << bi;
     if (lane == bi) taken_group = true;
   }
@@ -168,6 +178,7 @@ __device__ __forceinline__ void grouped_topk_token(const InT* row, const float* 
     weights_t[lane] = __fmul_rn(w, scaling);
     ids_t[lane] = id_mine;
   }
+  return id_mine;
 }
 
 // ---- the routing kernels: one warp per token -----------------------------------------------------
@@ -187,17 +198,17 @@ struct RouteParams {
 // Floats of shared-memory scratch one token's routing needs.
 __host__ __device__ constexpr int route_floats(bool sigmoid, int experts) { return sigmoid ? 2 * experts : experts; }
 
-// Token t's routing by one warp, into r.weights and r.ids.
+// Token t's routing by one warp, into r.weights and r.ids; lane j < top_k also gets id j.
 template <class InT, bool kSigmoid>
-__device__ __forceinline__ void route_token(const RouteParams& r, int t, float* scratch, int lane) {
+__device__ __forceinline__ int route_token(const RouteParams& r, int t, float* scratch, int lane) {
   const InT* row = static_cast<const InT*>(r.logits) + static_cast<int64_t>(t) * r.experts_global;
   float* w = r.weights + static_cast<int64_t>(t) * r.top_k;
   int32_t* id = r.ids + static_cast<int64_t>(t) * r.top_k;
   if constexpr (kSigmoid)
-    grouped_topk_token(row, r.bias, r.experts_global, r.n_group, r.topk_group, r.top_k, r.renormalize, r.scaling,
-                       scratch, lane, w, id);
+    return grouped_topk_token(row, r.bias, r.experts_global, r.n_group, r.topk_group, r.top_k, r.renormalize,
+                              r.scaling, scratch, lane, w, id);
   else
-    softmax_topk_token(row, r.experts_global, r.top_k, r.renormalize, scratch, lane, w, id);
+    return softmax_topk_token(row, r.experts_global, r.top_k, r.renormalize, scratch, lane, w, id);
 }
 
 template <class InT, bool kSigmoid>
@@ -227,7 +238,8 @@ __device__ __forceinline__ int local_expert(const int32_t* ids, int i, const int
 // The block's masked dispatch of ids[0, entries) into expert_of (shared memory): each entry's expert
 // (after the map; -1 if dropped), then per entry pos = the earlier entries of its expert, and whether
 // it is its expert's last entry, which writes the count. Quadratic in the entries (at most
-// kMoeDispatchMaxEntries), with no atomics: the result is the same on every run.
+// kMoeDispatchMaxEntries), with no atomics: the result is the same on every run. ids may be
+// expert_of itself (each entry is read and rewritten by one thread).
 __device__ __forceinline__ void masked_dispatch_block(const int32_t* ids, int entries, const int32_t* expert_map,
                                                       int map_len, int experts, int m_max, int32_t* expert_of,
                                                       int32_t* src2dst, int32_t* masked_m) {
@@ -261,8 +273,8 @@ __global__ void __launch_bounds__(kDispatchThreads)
 
 // ---- routing and masked dispatch in one block (decode) ------------------------------------------
 // The first route_warps warps route the tokens (warp w: tokens w, w + route_warps, ...) with the
-// routing kernels' per-token code, writing weights and ids; then the block dispatches the ids it
-// just wrote (__syncthreads orders a block's global writes before its later reads).
+// routing kernels' per-token code, writing weights and ids, and the ids also into shared memory,
+// where the block then dispatches them (no round trip through global memory).
 
 template <class InT, bool kSigmoid>
 __global__ void __launch_bounds__(kDispatchThreads)
@@ -278,12 +290,14 @@ __global__ void __launch_bounds__(kDispatchThreads)
   if (warp < r.route_warps) {
     float* scratch = route_smem + warp * route_floats(kSigmoid, r.experts_global);
     for (int t = warp; t < r.tokens; t += r.route_warps) {
-      route_token<InT, kSigmoid>(r, t, scratch, lane);
+      const int id = route_token<InT, kSigmoid>(r, t, scratch, lane);
+      if (lane < r.top_k) expert_of[t * r.top_k + lane] = id;
       __syncwarp();  // the next token reuses the scratch
     }
   }
   __syncthreads();
-  masked_dispatch_block(r.ids, r.tokens * r.top_k, expert_map, map_len, experts, m_max, expert_of, src2dst, masked_m);
+  masked_dispatch_block(expert_of, r.tokens * r.top_k, expert_map, map_len, experts, m_max, expert_of, src2dst,
+                        masked_m);
 }
 
 // ---- contiguous dispatch: count, scan, scatter ---------------------------------------------------
@@ -410,6 +424,7 @@ __global__ void __launch_bounds__(kContigWarps * 32)
 // ---- combine: one thread per 8 elements of an output row ---------------------------------------
 
 constexpr int kCombineThreads = 128;
+constexpr int kCombineAhead = 8;
 
 template <class OutT>
 __device__ __forceinline__ void store8(OutT* out, const float (&acc)[kQuantVec]) {
@@ -433,14 +448,29 @@ template <class RowT, class OutT>
 __device__ __forceinline__ void combine_vector(const RowT* rows, int64_t row_count, int hidden, const int32_t* src2dst,
                                                const float* weights, int top_k, OutT* out, int64_t t, int v) {
   float acc[kQuantVec] = {};
-  for (int j = 0; j < top_k; ++j) {
-    const int32_t d = src2dst[t * top_k + j];
-    if (d < 0 || d >= row_count) continue;  // dropped: its row is never read
-    const float w = weights[t * top_k + j];
-    float x[kQuantVec];
-    to_float8(load_raw8(rows + static_cast<int64_t>(d) * hidden + v * kQuantVec), x);
+  // kCombineAhead entries at a time: their rows and weights, then every row's vector loaded before
+  // the sums (two memory latencies per batch, not two per entry); the sums in entry order.
+  for (int j0 = 0; j0 < top_k; j0 += kCombineAhead) {
+    int32_t d[kCombineAhead];
+    float w[kCombineAhead];
 #pragma unroll
-    for (int i = 0; i < kQuantVec; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(x[i], w));
+    for (int u = 0; u < kCombineAhead; ++u) {
+      d[u] = j0 + u < top_k ? src2dst[t * top_k + j0 + u] : -1;
+      if (d[u] >= row_count) d[u] = -1;  // dropped: its row is never read
+      w[u] = d[u] >= 0 ? weights[t * top_k + j0 + u] : 0.0f;
+    }
+    Raw8<RowT> raw[kCombineAhead];
+#pragma unroll
+    for (int u = 0; u < kCombineAhead; ++u)
+      if (d[u] >= 0) raw[u] = load_raw8(rows + static_cast<int64_t>(d[u]) * hidden + v * kQuantVec);
+#pragma unroll
+    for (int u = 0; u < kCombineAhead; ++u) {
+      if (d[u] < 0) continue;
+      float x[kQuantVec];
+      to_float8(raw[u], x);
+#pragma unroll
+      for (int i = 0; i < kQuantVec; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(x[i], w[u]));
+    }
   }
   store8(out + t * hidden + v * kQuantVec, acc);
 }
