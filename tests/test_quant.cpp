@@ -421,17 +421,20 @@ const GroupQuantSpec kScatterSpecs[] = {
 TEST(GroupQuantGpu, ScatterToDestinationRows) {
   FP8ROUTE_REQUIRE_SM90();
   auto rng = test::make_rng(109);
-  for (const GroupQuantSpec& s : kScatterSpecs) {
-    const int64_t T = 13, H = 7168, topk = 4, rows = 2 * T * topk + 3;  // rows % 4 != 0: padded
-    auto x = test::random_activations(DType::bf16, T * H, rng);
-    // Distinct destination rows; some slots -1; one out of range (skipped, never written).
-    std::vector<int32_t> perm(rows);
-    for (int64_t i = 0; i < rows; ++i) perm[i] = static_cast<int32_t>(i);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int32_t> src2dst(T * topk);
-    for (int64_t i = 0; i < T * topk; ++i) src2dst[i] = (i % 5 == 3) ? -1 : perm[i];
-    src2dst[7] = static_cast<int32_t>(rows + 100);
-    check_scatter(s, x, src2dst, T, H, topk, rows);
+  // topk 11: the kernel takes a token's destinations in batches of 8 (kDestAhead); one and a part.
+  for (const int64_t topk : {4, 11}) {
+    for (const GroupQuantSpec& s : kScatterSpecs) {
+      const int64_t T = 13, H = 7168, rows = 2 * T * topk + 3;  // rows % 4 != 0: padded
+      auto x = test::random_activations(DType::bf16, T * H, rng);
+      // Distinct destination rows; some slots -1; one out of range (skipped, never written).
+      std::vector<int32_t> perm(rows);
+      for (int64_t i = 0; i < rows; ++i) perm[i] = static_cast<int32_t>(i);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::vector<int32_t> src2dst(T * topk);
+      for (int64_t i = 0; i < T * topk; ++i) src2dst[i] = (i % 5 == 3) ? -1 : perm[i];
+      src2dst[7] = static_cast<int32_t>(rows + 100);
+      check_scatter(s, x, src2dst, T, H, topk, rows);
+    }
   }
 }
 
