@@ -80,7 +80,8 @@ struct AttnKernel {
 };
 
 template <class T, int D>
-AttnKernel kernel_d(int g) {
+AttnKernel kernel_d(int g, bool deep) {
+  if (deep) return {kernels::decode_attention_kernel<T, D, 1, true>, kernels::AttnSmem<D, 1>::kBytes};
   switch (g) {
     case 1: return {kernels::decode_attention_kernel<T, D, 1>, kernels::AttnSmem<D, 1>::kBytes};
     case 2: return {kernels::decode_attention_kernel<T, D, 2>, kernels::AttnSmem<D, 2>::kBytes};
@@ -89,16 +90,16 @@ AttnKernel kernel_d(int g) {
 }
 
 template <class T>
-AttnKernel kernel_t(int head_dim, int g) {
+AttnKernel kernel_t(int head_dim, int g, bool deep) {
   switch (head_dim) {
-    case 64: return kernel_d<T, 64>(g);
-    case 128: return kernel_d<T, 128>(g);
-    default: return kernel_d<T, 256>(g);
+    case 64: return kernel_d<T, 64>(g, deep);
+    case 128: return kernel_d<T, 128>(g, deep);
+    default: return kernel_d<T, 256>(g, deep);
   }
 }
 
-AttnKernel attention_kernel(DType dtype, int head_dim, int g) {
-  return dtype == DType::bf16 ? kernel_t<__nv_bfloat16>(head_dim, g) : kernel_t<__half>(head_dim, g);
+AttnKernel attention_kernel(DType dtype, int head_dim, int g, bool deep = false) {
+  return dtype == DType::bf16 ? kernel_t<__nv_bfloat16>(head_dim, g, deep) : kernel_t<__half>(head_dim, g, deep);
 }
 
 void allow_smem(const AttnKernel& k, int device) {
@@ -267,13 +268,20 @@ void decode_attention(const DecodeAttentionArgs& a, const TensorView& out, cudaS
                                                           << " chunks exceed the grid's 65535");
   const int splits = l.splits;
   FP8ROUTE_CHECK(splits >= 1 && splits <= kernels::kAttnMaxSplits, "decode attention: " << splits << " splits");
-  const AttnKernel k = attention_kernel(qkv.dtype, static_cast<int>(head_dim), g);
+  // One query head per block: the deep loop (kernel.cuh) where its launch, at the shape chosen for
+  // the plain loop, still fits one wave of resident clusters; where it does not (its registers
+  // leave fewer clusters resident) the plain loop keeps the shape.
+  const bool deep =
+      g == 1 && batch * p.hk * p.chunks <= wave_clusters(attention_kernel(qkv.dtype, static_cast<int>(head_dim), 1, true),
+                                                         splits, device_info(-1).index);
+  const AttnKernel k = attention_kernel(qkv.dtype, static_cast<int>(head_dim), g, deep);
   allow_smem(k, device_info(-1).index);
   const LaunchShape shape{dim3(static_cast<unsigned>(splits), static_cast<unsigned>(p.hk * p.chunks),
                                static_cast<unsigned>(batch)),
                           dim3(kernels::kAttnThreads), static_cast<size_t>(k.smem),
                           dim3(static_cast<unsigned>(splits), 1, 1), true};
-  FP8ROUTE_TRACE(p.trace = chain_trace::next(("attention D" + std::to_string(head_dim) + " G" + std::to_string(g)).c_str(),
+  FP8ROUTE_TRACE(p.trace = chain_trace::next(("attention D" + std::to_string(head_dim) + " G" + std::to_string(g) +
+                                              (deep ? " deep" : "")).c_str(),
                                              shape.grid, shape.block, shape.smem, shape.cluster);)
   launch_kernel(k.fn, shape, stream, p);
 }

@@ -82,7 +82,8 @@ def assert_close(got, want, dtype, vmax):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("b,hq,hk,d,seq,window,norm", [
     (1, 32, 8, 128, 1025, 0, False), (3, 8, 1, 128, 300, 0, False), (2, 28, 4, 128, 130, 0, True),
-    (4, 16, 16, 64, 77, 0, False), (2, 16, 2, 256, 50, 0, False), (5, 32, 8, 128, 400, 33, False)])
+    (4, 16, 16, 64, 77, 0, False), (2, 16, 2, 256, 50, 0, False), (5, 32, 8, 128, 400, 33, False),
+    (1, 8, 1, 128, 1025, 0, False)])
 def test_decode_attention_against_reference(dtype, b, hq, hk, d, seq, window, norm):
     qkv, kc, vc, cos, sin, pos = problem(b, hq, hk, d, seq, dtype, seed=b * seq + d)
     qn = kn = None
