@@ -132,15 +132,18 @@ int wave_clusters(const AttnKernel& k, int splits, int device) {
 // its clusters within one wave of resident clusters (a second wave of clusters doubles the time).
 // While that leaves fewer blocks than half the SMs, G halves (more blocks, each re-reading its kv
 // head's cache from L2). Filling every SM twice with splits instead is slower. The rule against every
-// G x splits: docs/design.md, "Measurements behind the rules".
+// G x splits: docs/design.md, "Measurements behind the rules". At G = 1 the deep loop (kernel.cuh)
+// is taken where its clusters, at the shape chosen for the plain loop, still fit one wave; where its
+// registers leave fewer clusters resident the plain loop keeps the shape.
 struct AttnLaunch {
   int g, splits;
+  bool deep;
 };
 AttnLaunch choose_launch(DType dtype, int64_t batch, int hk, int group, int64_t span, int head_dim) {
   const DeviceInfo& dev = device_info(-1);
   const int sms = dev.sm_count;
-  auto waves_ok = [&](int g, int splits, int64_t clusters) {
-    return clusters <= wave_clusters(attention_kernel(dtype, head_dim, g), splits, dev.index);
+  auto waves_ok = [&](int g, int splits, int64_t clusters, bool deep = false) {
+    return clusters <= wave_clusters(attention_kernel(dtype, head_dim, g, deep), splits, dev.index);
   };
   int g = 1;
   while (g < group && g < 4) g *= 2;
@@ -152,7 +155,7 @@ AttnLaunch choose_launch(DType dtype, int64_t batch, int hk, int group, int64_t 
       splits = s;
       break;
     }
-    if (g == 1 || clusters * splits >= sms / 2) return {g, splits};
+    if (g == 1 || clusters * splits >= sms / 2) return {g, splits, g == 1 && waves_ok(1, splits, clusters, true)};
     g /= 2;
   }
 }
@@ -268,12 +271,7 @@ void decode_attention(const DecodeAttentionArgs& a, const TensorView& out, cudaS
                                                           << " chunks exceed the grid's 65535");
   const int splits = l.splits;
   FP8ROUTE_CHECK(splits >= 1 && splits <= kernels::kAttnMaxSplits, "decode attention: " << splits << " splits");
-  // One query head per block: the deep loop (kernel.cuh) where its launch, at the shape chosen for
-  // the plain loop, still fits one wave of resident clusters; where it does not (its registers
-  // leave fewer clusters resident) the plain loop keeps the shape.
-  const bool deep =
-      g == 1 && batch * p.hk * p.chunks <= wave_clusters(attention_kernel(qkv.dtype, static_cast<int>(head_dim), 1, true),
-                                                         splits, device_info(-1).index);
+  const bool deep = l.deep;
   const AttnKernel k = attention_kernel(qkv.dtype, static_cast<int>(head_dim), g, deep);
   allow_smem(k, device_info(-1).index);
   const LaunchShape shape{dim3(static_cast<unsigned>(splits), static_cast<unsigned>(p.hk * p.chunks),
