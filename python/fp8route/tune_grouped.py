@@ -17,9 +17,11 @@ experts. Each rotation set draws its own routing (and activations); the weights 
 
 Every backend that runs the problem is timed side by side (fp8route._timing: CUDA graphs over the
 rotation sets, interleaved replays, cold L2, median of 20). A masked point is timed a second time with
-every local expert holding M_max rows, and only the backends within --full-margin (10%) of the fastest
-there are written: a masked call's rows may spread unlike the model's routing (an expert-parallel
-rank's experts filled by many ranks' tokens), and the host cannot see how. FILE, when it exists, is
+the experts as full as a call can make them (an expert-parallel rank: every local expert holding M_max
+rows, as many ranks' tokens can; a layer whose experts are all local: top_k experts holding M_max rows,
+the most its own M_max tokens can put on them), and only the backends within --full-margin (10%) of the
+fastest there are written: a masked call's rows may spread unlike the model's routing, and the host
+cannot see how. FILE, when it exists, is
 read first: its entries are kept and those measured again are replaced, so a long tune can be run in
 parts (--resume skips the entries FILE already has, to go on after a run was cut off). Progress goes
 to stderr, one line per point.
@@ -139,9 +141,16 @@ def weights(scale, e, n, k):
 
 
 def full_counts(experts, local, top_k, m_max, gen):
-    """Every local expert holding m_max rows: the most a masked call can be given."""
+    """The fullest experts a masked call of m_max rows per expert can be given. An expert-parallel
+    rank (local < experts): every local expert holding m_max rows (many ranks' tokens may fill them).
+    A layer whose experts are all here: its m_max tokens make m_max * top_k rows, at most m_max per
+    expert, so at most top_k full experts (drawn at random); every expert full is out of its reach."""
     import torch
-    return torch.full((local,), m_max, dtype=torch.int32)
+    if local < experts:
+        return torch.full((local,), m_max, dtype=torch.int32)
+    counts = torch.zeros(local, dtype=torch.int32)
+    counts[torch.randperm(local, generator=gen)[:min(top_k, local)]] = m_max
+    return counts
 
 
 def measure_point(form, scale, e_global, local, top_k, n, k, rows, backends, gen, b, sb, sets_max, full=False):

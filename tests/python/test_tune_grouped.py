@@ -47,6 +47,18 @@ def test_contiguous_counts(experts, local, top_k, rows):
         assert int(c[0]) == rows
 
 
+@pytest.mark.parametrize("experts,local,top_k,m_max", [(128, 128, 8, 1), (128, 128, 8, 16), (256, 32, 8, 4),
+                                                        (8, 8, 2, 64), (4, 4, 8, 3)])
+def test_full_counts(experts, local, top_k, m_max):
+    # The fullest experts a call can see: an expert-parallel rank's every expert; an unsplit layer's
+    # top_k (its M_max tokens make M_max * top_k rows, at most M_max on one expert).
+    c = tg.full_counts(experts, local, top_k, m_max, torch.Generator().manual_seed(3))
+    assert c.shape == (local,) and c.dtype == torch.int32 and set(c.tolist()) <= {0, m_max}
+    full = int((c == m_max).sum())
+    assert full == (local if local < experts else min(top_k, local))
+    assert int(c.sum()) <= (local * m_max if local < experts else m_max * top_k)
+
+
 def test_routing_is_spread_uniformly():
     # 4096 tokens x top-8 over 128 experts: 256 rows an expert in expectation; none far from it.
     c = tg.masked_counts(128, 128, 8, 4096, torch.Generator().manual_seed(1))
