@@ -421,7 +421,7 @@ const GroupQuantSpec kScatterSpecs[] = {
 TEST(GroupQuantGpu, ScatterToDestinationRows) {
   FP8ROUTE_REQUIRE_SM90();
   auto rng = test::make_rng(109);
-  // topk 11: the kernel takes a token's destinations in batches of 8 (kDestAhead); one and a part.
+  // topk 11 too: more destinations per token than any catalog model's top_k (8), an odd count.
   for (const int64_t topk : {4, 11}) {
     for (const GroupQuantSpec& s : kScatterSpecs) {
       const int64_t T = 13, H = 7168, rows = 2 * T * topk + 3;  // rows % 4 != 0: padded

@@ -21,10 +21,9 @@ the experts as full as a call can make them (an expert-parallel rank: every loca
 rows, as many ranks' tokens can; a layer whose experts are all local: top_k experts holding M_max rows,
 the most its own M_max tokens can put on them), and only the backends within --full-margin (10%) of the
 fastest there are written: a masked call's rows may spread unlike the model's routing, and the host
-cannot see how. FILE, when it exists, is
-read first: its entries are kept and those measured again are replaced, so a long tune can be run in
-parts (--resume skips the entries FILE already has, to go on after a run was cut off). Progress goes
-to stderr, one line per point.
+cannot see how. FILE, when it exists, is read first: its entries are kept and those measured again
+are replaced, so a long tune can be run in parts (--resume skips the entries FILE already has, to go
+on after a run was cut off). Progress goes to stderr, one line per point.
 """
 import argparse
 import json

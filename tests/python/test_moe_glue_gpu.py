@@ -468,7 +468,7 @@ def test_scatter_per_token_quant_is_per_token_quant_scattered(t, e, k, m_max, h,
 @pytest.mark.parametrize("t,k", [(6, 3), (5, 11), (1024, 8)])
 def test_scatter_per_token_quant_duplicate_rows_get_the_last_entry(t, k):
     # Destinations named several times (and out of range ones, skipped): the last entry writes the row.
-    # k = 11: a token's destinations are taken in batches of 8; one and a part.
+    # k = 11: more destinations per token than any catalog model's top-k (8), an odd count.
     rows = 16
     src2dst = torch.randint(-2, rows + 3, (t, k), dtype=torch.int32, device="cuda")
     x = torch.randn(t, 512, device="cuda", dtype=torch.bfloat16)
