@@ -74,8 +74,8 @@ TEST(Accum, CheckScaledMmCarriesAccumAndRejectsBadValues) {
 }
 
 // Each backend's class, from what its kernels do: CUTLASS _fastacc configs accumulate in the tensor
-// core over all of K; cuBLASLt sets CUBLASLT_MATMUL_DESC_FAST_ACCUM for tensor and row scales only;
-// skinny, decode and reference add each K block into fp32 totals.
+// core over all of K; cuBLASLt sets CUBLASLT_MATMUL_DESC_FAST_ACCUM for tensor and row scales only,
+// and never in its "preciseN" configs; skinny, decode and reference add each K block into fp32 totals.
 TEST(Accum, EveryConfigHasItsClass) {
   for (const std::string& b : gemm_backends())
     for (const std::string& c : gemm_configs(b))
@@ -85,7 +85,7 @@ TEST(Accum, EveryConfigHasItsClass) {
         ASSERT_TRUE(a == Accum::fast || a == Accum::precise) << b << "/" << c;
         Accum want = Accum::precise;
         if (b == "cutlass_sm90" && c.find("_fastacc") != std::string::npos) want = Accum::fast;
-        if (b == "cublaslt" && kind != ScaleKind::block) want = Accum::fast;
+        if (b == "cublaslt" && kind != ScaleKind::block && !c.starts_with("precise")) want = Accum::fast;
         EXPECT_EQ(a, want) << b << "/" << c << " " << name(kind);
       }
   // Every scale kind has precise configs on a fast backend, so precise needs no slow path.
@@ -188,6 +188,23 @@ TEST(Accum, HeuristicKeepsToTheClass) {
     EXPECT_EQ(gemm_accum(r.backend, r.config, p), Accum::precise) << to_string(p) << ": " << r.why;
     const GemmChoice c = gemm_select(p);
     EXPECT_EQ(gemm_accum(c.backend, c.config, p), Accum::precise) << to_string(p) << ": " << c.why;
+  }
+}
+
+// Per-tensor scales asked precise run cuBLASLt as torch._scaled_mm asks it ("precise": fast
+// accumulation off), where the heuristic decides; the precise family leaves block scales to the
+// configs that already run them without fast accumulation.
+TEST(Accum, PreciseTensorRunsCuBlasLtAsTorchAsks) {
+  for (int64_t m : {1, 64, 4096}) {
+    GemmProblem p = make_problem(m, 4096, 14336, ScaleKind::tensor);
+    p.accum = Accum::precise;
+    const GemmChoice c = gemm_select(p);
+    EXPECT_EQ(c.backend + "/" + c.config, "cublaslt/precise") << to_string(p) << ": " << c.why;
+  }
+  const GemmProblem block = make_problem(64, 4096, 4096, ScaleKind::block);
+  for (const char* c : {"precise", "precise1"}) {
+    const std::string why = gemm_supports("cublaslt", c, block);
+    EXPECT_NE(why.find("heuristicN and ws1mN run it"), std::string::npos) << c << ": " << why;
   }
 }
 

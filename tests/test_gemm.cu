@@ -872,7 +872,8 @@ TEST(GemmBackends, FirstCallOnAStreamUnderCapture) {
 TEST(GemmBackends, DescribeNamesCuBlasLtAlgorithms) {
   FP8ROUTE_REQUIRE_SM90();
   const std::regex form(
-      "algo=\\d+ tile=\\d+ stages=\\d+ splitk=\\d+ reduction=\\d+ swizzle=\\d+ custom=\\d+ inner=\\d+ cluster=\\d+");
+      "algo=\\d+ tile=\\d+ stages=\\d+ splitk=\\d+ reduction=\\d+ swizzle=\\d+ custom=\\d+ inner=\\d+ cluster=\\d+"
+      "( accum=precise)?");
   int described = 0;
   for (ScaleKind kind : kKinds)
     for (int64_t m : {1, 96, 2048}) {
@@ -886,6 +887,7 @@ TEST(GemmBackends, DescribeNamesCuBlasLtAlgorithms) {
             continue;
           }
           EXPECT_TRUE(std::regex_match(what, form)) << c << " " << to_string(p) << ": '" << what << "'";
+          EXPECT_EQ(what.ends_with(" accum=precise"), c.starts_with("precise")) << c << " " << to_string(p);
           EXPECT_TRUE(seen.insert(what).second) << c << " repeats another rank's algorithm: " << what << " "
                                                 << to_string(p);
           EXPECT_EQ(gemm_describe(b, c, p), what) << c << " " << to_string(p);

@@ -48,12 +48,12 @@ namespace fp8route {
 
 // How a config sums the K products (docs/numerics.md, Accumulation class):
 // - precise: the tensor core sums at most 128 of K before the partial sum is added into an fp32
-//   total (CUTLASS configs without _fastacc, cuBLASLt with block scales, skinny, decode; the
-//   reference kernel is fp32 throughout): what torch._scaled_mm computes by default
-//   (use_fast_accum=False).
+//   total (CUTLASS configs without _fastacc, cuBLASLt with block scales or in its "preciseN"
+//   configs, skinny, decode; the reference kernel is fp32 throughout): what torch._scaled_mm
+//   computes by default (use_fast_accum=False).
 // - fast: the FP8 tensor core's own accumulator carried over all of K, which keeps fewer bits than
-//   fp32 (CUTLASS _fastacc configs, cuBLASLt with tensor and row scales): faster, and what vLLM
-//   and SGLang run (use_fast_accum=True).
+//   fp32 (CUTLASS _fastacc configs, cuBLASLt's other configs with tensor and row scales): faster,
+//   and what vLLM and SGLang run (use_fast_accum=True).
 // A call asks for one: fast (the default) lets every config run it, since a precise config is at
 // least as accurate; precise routes among precise configs only.
 enum class Accum : uint8_t { fast, precise };

@@ -150,7 +150,7 @@ AttnLaunch choose_launch(DType dtype, int64_t batch, int hk, int group, int64_t 
   for (;;) {
     const int64_t clusters = batch * hk * ((group + g - 1) / g);
     int splits = 1;
-    for (int s : {8, 4, 2}) {
+    for (int s = kernels::kAttnMaxSplits; s >= 2; s /= 2) {
       if (s > span / 32 || clusters * s > sms || !waves_ok(g, s, clusters)) continue;
       splits = s;
       break;

@@ -30,6 +30,9 @@ constexpr Rule kRules[] = {
     // cuBLASLt's per-tensor kernels were fastest at every M measured (CUTLASS's tensor path is
     // its row kernel with scalar scales, slower).
     {ScaleKind::tensor, INT64_MAX, "cublaslt", "heuristic", "tensor: cuBLASLt fastest at every measured M"},
+    // accum=precise rules the line above out: cuBLASLt asked as torch._scaled_mm asks by default
+    // (use_fast_accum=False), the kernel a torch user gets for the same call.
+    {ScaleKind::tensor, INT64_MAX, "cublaslt", "precise", "tensor, accum=precise: cuBLASLt as torch asks it"},
     // Row scales, small M: cuBLASLt's OUTER_VEC kernels run at about half its per-tensor speed.
     // The CUTLASS swap-AB configs below were, per M band, the single config closest to the best
     // of every backend over all models.json layers at TP 1-8.

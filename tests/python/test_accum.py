@@ -119,3 +119,30 @@ def test_precise_within_bound_of_fp64(k, positive):
     assert worst <= 1.0, f"error up to {worst:.3f}x the bound; route: {fp8route.explain(m, n, k, accum='precise')}"
     # torch._scaled_mm's spelling runs the same config: the same bits.
     assert torch.equal(fp8route.scaled_mm(a, b, sa, sb, use_fast_accum=False), y)
+
+
+@needs_gpu
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (4, 2112, 7168), (64, 4096, 14336), (512, 6144, 4096)])
+def test_cublaslt_precise_runs_torchs_algorithm(tmp_path, m, n, k):
+    # cublaslt/precise asks cuBLASLt as torch._scaled_mm asks by default (precise accumulation, 1 MiB of
+    # workspace, the operands' own alignment): the same algorithm, hence the same bits as torch's call.
+    # A one-entry table routes the shape there.
+    import os
+    shipped = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "routes", "h200.json")
+    timings = [{"m": m, "n": n, "k": k, "scale": "tensor", "out": "bf16", "backend": "cublaslt", "config": "precise",
+                "us": 1.0}]
+    fp8route.save_table(tmp_path / "precise.json", timings)
+    g = torch.Generator(device="cuda").manual_seed(m * 131 + n + k)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    sa = torch.rand(1, device="cuda", generator=g) + 0.5
+    sb = torch.rand(1, device="cuda", generator=g) * 0.01 + 0.01
+    want = torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)
+    try:
+        fp8route.load_table(tmp_path / "precise.json")
+        route = fp8route.explain(m, n, k, scale="tensor")
+        assert "choice: cublaslt/precise" in route, route
+        y = fp8route.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+        assert torch.equal(y, want), f"{(y.float() - want.float()).abs().max().item()} max difference"
+    finally:
+        fp8route.load_table(shipped)

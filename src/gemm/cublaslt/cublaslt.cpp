@@ -29,13 +29,20 @@
 //   under CUDA graph capture (core/workspace.h), so that GEMMs that may overlap on the GPU (two
 //   streams, two graphs replayed at once, a graph beside eager calls) never share one. Sized to what
 //   the algorithm needs (the heuristic's workspaceSize, often 0), so a graph holds little.
-// - per problem key (device, M, N, K, lda, ldb, ldo, scale kind and vector flags, out dtype, bias):
-//   a Plan with the matmul descriptor, the layouts and the heuristic's ranked algorithms, asked
-//   twice: with 32 MiB of workspace on offer (configs "heuristicN", the N-th ranked) and with 1 MiB
-//   (configs "ws1m", "ws1m1": its first two that no "heuristicN" already runs). With less workspace
-//   the heuristic often ranks algorithms without split-K first, which can be the faster ones (a
-//   short M with a long K); 1 MiB is what torch offers it, so torch's _scaled_mm choice is among the
-//   candidates. One Plan serves every config.
+// - per problem key (device, M, N, K, lda, ldb, ldo, scale kind and vector flags, out dtype, bias,
+//   config family, alignment): a Plan with the matmul descriptor, the layouts and the heuristic's
+//   ranked algorithms. The configs come in three families:
+//   * "heuristicN": the N-th algorithm ranked with 32 MiB of workspace on offer;
+//   * "ws1m", "ws1m1": the first two ranked with 1 MiB that no "heuristicN" already runs. With less
+//     workspace the heuristic often ranks algorithms without split-K first, which can be the
+//     faster ones (a short M with a long K);
+//   * "precise", "precise1" (tensor and row scales): asked as torch._scaled_mm asks by default:
+//     fast accumulation off, 1 MiB, and the operands' own pointer alignment (up to 256 bytes)
+//     instead of the 16 bytes the other families assume. "precise" is the algorithm torch runs
+//     for the problem, so its choice is always among the candidates, and a call that asks for
+//     precise accumulation has cuBLASLt to route to.
+//   The first two families share one Plan (their descriptor is the same); the third has its own,
+//   per pointer alignment.
 // Thread safety: one mutex guards the maps; nothing is ever erased, and a Plan's layouts and
 // algorithms are immutable. The scale and bias pointers change per call (16-byte aligned:
 // with_aligned_scales copies a slice that is not), and setting them on a shared descriptor is not
@@ -71,17 +78,32 @@
 namespace fp8route::gemm {
 namespace {
 
-// The configs: the heuristic's top four algorithms with a large workspace on offer, then its top two
-// with a small one (the Plan comment above).
-constexpr int kLargeAlgos = 4, kSmallAlgos = 2, kAlgos = kLargeAlgos + kSmallAlgos;
-constexpr std::array<const char*, kAlgos> kConfigNames = {"heuristic", "heuristic1", "heuristic2",
-                                                          "heuristic3", "ws1m", "ws1m1"};
+// The configs (the Plan comment above): the heuristic's top four algorithms with a large workspace
+// on offer, its top two with a small one, then its top two asked as torch asks. New configs go at
+// the end: tables name configs, and indices stay stable.
+constexpr int kLargeAlgos = 4, kSmallAlgos = 2, kPreciseAlgos = 2;
+constexpr int kFirstPrecise = kLargeAlgos + kSmallAlgos, kAlgos = kFirstPrecise + kPreciseAlgos;
+constexpr std::array<const char*, kAlgos> kConfigNames = {"heuristic", "heuristic1", "heuristic2", "heuristic3",
+                                                          "ws1m",      "ws1m1",      "precise",    "precise1"};
 // The most workspace an algorithm may ask for: NVIDIA's recommended size on Hopper for the
-// "heuristicN" configs, what torch offers for "ws1mN". Each call gets what its algorithm needs.
+// "heuristicN" configs, what torch offers (its default CUBLASLT_WORKSPACE_SIZE) for the others.
+// Each call gets what its algorithm needs.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20, kSmallWorkspaceBytes = size_t{1} << 20;
 // What GemmProblem::align == 16 guarantees of a, b and y; unset, the heuristic assumes 256 bytes and
-// may pick a kernel that fails on a 16-byte aligned slice.
-constexpr uint32_t kMinAlignBytes = 16;
+// may pick a kernel that fails on a 16-byte aligned slice. The precise family states the
+// operands' actual alignment instead (pointer_alignment), as torch leaves the default for its
+// 256-byte aligned allocations.
+constexpr uint32_t kMinAlignBytes = 16, kMaxAlignBytes = 256;
+
+bool precise_family(int config) { return config >= kFirstPrecise; }
+
+// The largest power of two <= 256 that divides the address (256 for null: a stand-in).
+uint32_t pointer_alignment(const void* ptr) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  uint32_t align = kMaxAlignBytes;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
 
 // ---- RAII for cuBLASLt descriptors ---------------------------------------------------------------
 
@@ -148,6 +170,8 @@ struct Key {
   ScaleKind scale;
   bool sa_vector, sb_vector, bias;
   DType out;
+  bool precise;    // the precise family's Plan (precise_family)
+  uint32_t align;  // the alignment its heuristic was told: kMinAlignBytes, or the operands' own
   auto operator<=>(const Key&) const = default;
 };
 
@@ -166,7 +190,10 @@ struct Plan {
   std::mutex mu;                            // held from set_pointers through cublasLtMatmul
 };
 
-std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmProblem& p, const GemmOperands& ops) {
+// The Plan of one family: the "heuristicN" and "ws1mN" configs (precise = false, align =
+// kMinAlignBytes), or the "preciseN" configs (precise = true, align = the operands' alignment).
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmProblem& p, const GemmOperands& ops,
+                                bool precise, uint32_t align) {
   auto plan = std::make_unique<Plan>();
   cublasLtMatmulDesc_t desc = nullptr;
   FP8ROUTE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -176,7 +203,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmProblem& p, c
   const Modes m = modes(p);
   set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, static_cast<int32_t>(m.a));
   set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, static_cast<int32_t>(m.b));
-  set(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, m.fast_accum);
+  set(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, precise ? int8_t{0} : m.fast_accum);
   if (p.bias) {
     set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
     // FP8 with a bf16 (f16) D takes a bf16 (f16) bias (cuBLAS docs, cublasLtMatmul FP8 table).
@@ -198,7 +225,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmProblem& p, c
          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
       FP8ROUTE_CUBLAS_CHECK(
-          cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &kMinAlignBytes, sizeof(kMinAlignBytes)));
+          cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &align, sizeof(align)));
     // Asked for more than it fills: an algorithm an earlier config holds is skipped.
     std::array<cublasLtMatmulHeuristicResult_t, 2 * kAlgos> found{};
     int count_found = 0;
@@ -223,8 +250,12 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmProblem& p, c
       plan->workspace[next++] = found[i].workspaceSize;
     }
   };
-  rank(kWorkspaceBytes, 0, kLargeAlgos);
-  rank(kSmallWorkspaceBytes, kLargeAlgos, kSmallAlgos);
+  if (precise) {
+    rank(kSmallWorkspaceBytes, kFirstPrecise, kPreciseAlgos);
+  } else {
+    rank(kWorkspaceBytes, 0, kLargeAlgos);
+    rank(kSmallWorkspaceBytes, kLargeAlgos, kSmallAlgos);
+  }
   return plan;
 }
 
@@ -252,20 +283,26 @@ cublasLtHandle_t handle_locked(State& st, int device) {
   return h;
 }
 
+// The Plan that holds `config` for p with these operands.
 Plan* plan_locked(State& st, int device, cublasLtHandle_t handle, const GemmProblem& p,
-                  const GemmOperands& ops) {
+                  const GemmOperands& ops, int config) {
+  const bool precise = precise_family(config);
+  const uint32_t align =
+      precise ? std::min({pointer_alignment(ops.a), pointer_alignment(ops.b), pointer_alignment(ops.out)})
+              : kMinAlignBytes;
   const Key key{device, p.m, p.n, p.k, ops.lda, ops.ldb, ops.ldo, p.scale,
-                p.sa_vector, p.sb_vector, p.bias, p.out};
+                p.sa_vector, p.sb_vector, p.bias, p.out, precise, align};
   auto it = st.plans.find(key);
-  if (it == st.plans.end()) it = st.plans.emplace(key, make_plan(handle, p, ops)).first;
+  if (it == st.plans.end()) it = st.plans.emplace(key, make_plan(handle, p, ops, precise, align)).first;
   return it->second.get();
 }
 
 // The Plan of p with packed operands (lda = ldb = K, ldo = N), made once and cached: what
 // supports() and describe() ask about. A host-side query, safe under capture. cuBLASLt rejects null
 // scale pointers with OUTER_VEC (INVALID_VALUE) but never dereferences them in the heuristic: a
-// stand-in 256-byte aligned address serves.
-const Plan* packed_plan(const GemmProblem& p) {
+// stand-in 256-byte aligned address serves. The operands' null stand-ins count as 256-byte aligned,
+// as fresh allocations are.
+const Plan* packed_plan(const GemmProblem& p, int config) {
   int device = 0;
   FP8ROUTE_CUDA_CHECK(cudaGetDevice(&device));
   static const float* const kStandIn = reinterpret_cast<const float*>(uintptr_t{256});
@@ -275,7 +312,7 @@ const Plan* packed_plan(const GemmProblem& p) {
   packed.bias = p.bias ? kStandIn : nullptr;
   State& st = state();
   const std::lock_guard lock(st.mu);
-  return plan_locked(st, device, handle_locked(st, device), p, packed);
+  return plan_locked(st, device, handle_locked(st, device), p, packed, config);
 }
 
 // One attribute of an algorithm's config, whatever its width (int32, uint32 or uint16: the header's
@@ -303,14 +340,15 @@ class CublasLtBackend final : public GemmBackend {
 
   // cuBLASLt ranks its algorithms per shape, so a neighbour's heuristicN win says nothing here.
   std::vector<int> probe_configs(const GemmProblem& /*p*/) const override { return all_configs(); }
-  // "heuristicN" is the N-th algorithm its heuristic ranks for the problem at hand.
+  // "heuristicN" (and "ws1mN", "preciseN") is the N-th algorithm its heuristic ranks for the
+  // problem at hand.
   bool ranks_configs_per_problem() const override { return true; }
   // BLK128x128_32F reads scale_b with a row stride of ceil(K/128) rounded up to 4 (supports()).
   bool wants_padded_block_scale_b() const override { return true; }
-  // Every config: CUBLASLT_MATMUL_DESC_FAST_ACCUM as modes() sets it, on for tensor and row scales,
-  // off for block scales.
-  Accum accum(const GemmProblem& p, int /*config*/) const override {
-    return modes(p).fast_accum ? Accum::fast : Accum::precise;
+  // CUBLASLT_MATMUL_DESC_FAST_ACCUM as modes() sets it (on for tensor and row scales, off for block
+  // scales), but off in every "preciseN" config.
+  Accum accum(const GemmProblem& p, int config) const override {
+    return modes(p).fast_accum && !precise_family(config) ? Accum::fast : Accum::precise;
   }
 
   // Static rules, then (with a GPU) whether cuBLASLt's heuristic has a config-th algorithm.
@@ -329,6 +367,8 @@ class CublasLtBackend final : public GemmBackend {
         !((p.sa_vector || p.m == 1) && (p.sb_vector || p.n == 1)))
       return "cuBLASLt row scaling (OUTER_VEC_32F) needs vectors for both scale_a and scale_b "
              "(cuBLAS docs 3.1.4.3), got one scalar";
+    if (precise_family(config) && p.scale == ScaleKind::block)
+      return "cuBLASLt's block scaling accumulates precisely in every config: heuristicN and ws1mN run it";
     if (p.scale == ScaleKind::block) {
       if (p.m % 4 != 0 || p.n % 4 != 0)
         return "cuBLASLt block scaling needs M and N multiples of 4 (cuBLAS docs 3.1.4.5.1), got m=" +
@@ -346,7 +386,7 @@ class CublasLtBackend final : public GemmBackend {
       return "cuBLASLt backend needs SM 9.0 (Hopper); device 0 is SM " +
              std::to_string(device_info(0).sm_major) + "." + std::to_string(device_info(0).sm_minor);
     // Whether the heuristic has an algorithm (the router must know before it commits).
-    const Plan* plan = packed_plan(p);
+    const Plan* plan = packed_plan(p, config);
     if (!plan->algos[config])
       return "cuBLASLt's heuristic offers " + std::to_string(plan->offered()) +
              " algorithm(s) for this problem, none ranked as " + kConfigNames[config];
@@ -355,11 +395,12 @@ class CublasLtBackend final : public GemmBackend {
 
   // The algorithm behind "heuristicN" for p, by its attributes (cuBLAS docs,
   // cublasLtMatmulAlgoConfigAttributes_t; the enums' numbers): the heuristic's ranking can change with
-  // the cuBLASLt version, so a table's config names the rank and this names what ran. "" without an
-  // SM 9.0 GPU or when the rank has no algorithm.
+  // the cuBLASLt version, so a table's config names the rank and this names what ran. The precise
+  // family's algorithm may be one a fast config also runs, with another accumulation: " accum=precise"
+  // says which. "" without an SM 9.0 GPU or when the rank has no algorithm.
   std::string describe(const GemmProblem& p, int config) const override {
     if (!supports(p, config).empty() || cuda_device_count() == 0) return "";
-    const cublasLtMatmulAlgo_t& algo = *packed_plan(p)->algos[config];
+    const cublasLtMatmulAlgo_t& algo = *packed_plan(p, config)->algos[config];
     std::string s;
     for (const auto& [attr, label] :
          {std::pair{CUBLASLT_ALGO_CONFIG_ID, "algo"}, {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
@@ -368,6 +409,7 @@ class CublasLtBackend final : public GemmBackend {
           {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"}, {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
           {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}})
       s += (s.empty() ? "" : " ") + std::string(label) + "=" + std::to_string(algo_attribute(algo, attr));
+    if (accum(p, config) == Accum::precise && modes(p).fast_accum) s += " accum=precise";
     return s;
   }
 
@@ -382,7 +424,7 @@ class CublasLtBackend final : public GemmBackend {
     {
       const std::lock_guard lock(st.mu);
       handle = handle_locked(st, device);
-      plan = plan_locked(st, device, handle, p, ops);
+      plan = plan_locked(st, device, handle, p, ops, config);
     }
     FP8ROUTE_CHECK_CAT(plan->algos[config].has_value(), ErrorCategory::unsupported,
                        "cublaslt/" << kConfigNames[config] << ": cuBLASLt's heuristic offers "
