@@ -1,18 +1,22 @@
 #!/bin/bash
-# Planned, not yet run (at most 600 s; about 7 minutes on an H200). Carry .stage/precise.tar.xz, a
-# release build of the commit that adds cuBLASLt's `precise` configs, packed by
+# Planned, not yet run: two calls of at most 600 s each, `STEPS=a` then `STEPS=b` (default both, for a
+# machine that stays warm). Carry .stage/precise.tar.xz, a release build of the commit that adds
+# cuBLASLt's `precise` configs, packed by
 #   FP8ROUTE_STAGE="tools tests python" FP8ROUTE_STAGE_TOOLS=fp8route \
 #   FP8ROUTE_STAGE_TESTS="test_accum test_gemm" FP8ROUTE_STAGE_PACK=.stage/precise.tar.xz scripts/stage_gpu.sh
-#   1. correctness: test_accum (all), test_gemm's backend suites (every config of every backend against
-#      the reference, the describe test, element-aligned operands), and the Python test that
-#      cublaslt/precise equals torch._scaled_mm(use_fast_accum=False) bit for bit;
-#   2. (H200 only) the tensor-scale M <= 64 re-tune of every catalog model at TP 1 with the new configs
-#      among the candidates, the table rebuilt, the main job twice, every catalog tensor problem
-#      against torch._scaled_mm (#43 item 5);
-#   3. (H200 only) the grouped table re-tuned with the narrowed every-expert-full check, and the
-#      Qwen3-30B-A3B MoE block with the H100 table and with the new one (#45: ship the better).
-# Outputs: $OUT/precise.tgz after each step. Bring back the raw tune file and manifest edit of step 2
-# (rebuild routes/h200.json on the CPU machine) and, if it wins, the grouped table of step 3.
+# and, for step b's chain trace, the Python module built with -DFP8ROUTE_CHAIN_TRACE=ON (as
+# ../2026-12-05-decode-chain-h200/stage.sh builds it) added to the archive as gpu/trace/_fp8route_ffi.so.
+# a1. correctness: test_accum (all), test_gemm's cuBLASLt and element-alignment suites, and the Python
+#     test that cublaslt/precise equals torch._scaled_mm(use_fast_accum=False) bit for bit;
+# a2. (H200 only) the tensor-scale M <= 64 re-tune of every catalog model at TP 1 with the new configs
+#     among the candidates, the table rebuilt, the main job twice, every catalog tensor problem
+#     against torch._scaled_mm (#43 item 5);
+# b1. (H200 only) the grouped table re-tuned with the narrowed every-expert-full check, and the
+#     Qwen3-30B-A3B MoE block with the H100 table and with the new one (#45: ship the better);
+# b2. (H200 only) the decode chain trace of Llama-3.1-8B and the 70B TP-8 rank at batch 1: each
+#     kernel's boundary and each GEMM's time above its weight read (#46), if the trace module is staged.
+# Outputs: $OUT/precise.tgz after each step. Bring back the raw tune file and manifest edit of a2
+# (rebuild routes/h200.json on the CPU machine) and, if it wins, the grouped table of b1.
 set -u
 cd "$(dirname "$0")/../../.."
 nvidia-smi -L > /tmp/gpu.txt 2>&1
@@ -25,15 +29,20 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$W/python FP8ROUTE_SOURCE_DIR=$W 
 t() { local name=$1 tmo=$2; shift 2; local s=$(date +%s); timeout "$tmo" "$@" >> $R/$name.txt 2>&1
       echo "$name rc $? $(( $(date +%s) - s )) s" | tee -a $R/rc.txt; }
 snap() { tar czf $OUT/precise.tgz -C /tmp precise; }
-t test_accum 60 $B/tests/test_accum; tail -2 $R/test_accum.txt
-t test_gemm 150 $B/tests/test_gemm --gtest_filter='GemmBackends.*'; tail -2 $R/test_gemm.txt
-t pytest_precise 90 python3 -m pytest -q tests/python/test_accum.py; tail -2 $R/pytest_precise.txt; snap
+STEPS=${STEPS:-a b}
+if [[ $STEPS == *a* ]]; then
+  t test_accum 60 $B/tests/test_accum; tail -2 $R/test_accum.txt
+  t test_gemm 120 $B/tests/test_gemm --gtest_filter='GemmBackends.DescribeNamesCuBlasLtAlgorithms:GemmBackends.AllConfigsExactOnSmallIntegers:GemmBackends.ElementAlignedScalesAndBiasRunOnFastBackends:GemmBackends.DeterministicAndGraphCapturable'
+  tail -2 $R/test_gemm.txt
+  t pytest_precise 60 python3 -m pytest -q tests/python/test_accum.py; tail -2 $R/pytest_precise.txt; snap
+fi
 grep -q H200 /tmp/gpu.txt || { cat /tmp/gpu.txt; exit 3; }
-D=routes/h200-sources/$(date +%F)-retune-tensor-precise-h200; mkdir -p $D
-t tune 150 $B/fp8route tune --model all --tp 1 --m 1,2,4,8,16,24,32,48,64 --scale tensor \
-  -o $R/retune_tensor.json --raw $R/retune_tensor.raw.jsonl
-gzip -c $R/retune_tensor.raw.jsonl > $D/retune_tensor.raw.jsonl.gz; cp $D/retune_tensor.raw.jsonl.gz $R/
-D=$D python3 - <<'PY'
+if [[ $STEPS == *a* ]]; then
+  D=routes/h200-sources/$(date +%F)-retune-tensor-precise-h200; mkdir -p $D
+  t tune 150 $B/fp8route tune --model all --tp 1 --m 1,2,4,8,16,24,32,48,64 --scale tensor \
+    -o $R/retune_tensor.json --raw $R/retune_tensor.raw.jsonl
+  gzip -c $R/retune_tensor.raw.jsonl > $D/retune_tensor.raw.jsonl.gz; cp $D/retune_tensor.raw.jsonl.gz $R/
+  D=$D python3 - <<'PY'
 import json, os
 p = "routes/h200.sources.json"; s = open(p).read()
 group = ('{"about": "every catalog shape at TP 1, M = 1-64, tensor scales, every backend (cuBLASLt precise '
@@ -42,14 +51,23 @@ group = ('{"about": "every catalog shape at TP 1, M = 1-64, tensor scales, every
 i = s.index('"groups": [\n') + len('"groups": [\n'); s = s[:i] + group + s[i:]
 json.loads(s); open(p, "w").write(s); open("/tmp/precise/h200.sources.json", "w").write(s)
 PY
-t table 60 $B/fp8route table build routes/h200.sources.json -o routes/h200.json --records routes/h200-measurements.json
-grep -c '"precise' routes/h200.json; snap
-for i in 1 2; do t main$i 60 $B/fp8route; grep -hE "problems: routed" $R/main$i.txt; snap; done
-t torch_tensor 60 python3 bench/python_bench.py --model all --ops tensor --m 1,4,16,64,256,1024 --json $R/torch_tensor.json
-tail -6 $R/torch_tensor.txt; snap
-t tune_grouped 90 python3 -m fp8route.tune_grouped --out $R/h200-grouped.json; snap
-for table in routes/h100-grouped.json $R/h200-grouped.json; do
-  FP8ROUTE_GROUPED_TABLE=$table t moe_layer 45 python3 bench/moe_e2e.py --mode layer --batches 1,8,32
-done
-grep "batch" $R/moe_layer.txt; snap
+  t table 60 $B/fp8route table build routes/h200.sources.json -o routes/h200.json --records routes/h200-measurements.json
+  grep -c '"precise' routes/h200.json; snap
+  for i in 1 2; do t main$i 60 $B/fp8route; grep -hE "problems: routed" $R/main$i.txt; snap; done
+  t torch_tensor 60 python3 bench/python_bench.py --model all --ops tensor --m 1,4,16,64,256,1024 --json $R/torch_tensor.json
+  tail -6 $R/torch_tensor.txt; snap
+fi
+if [[ $STEPS == *b* ]]; then
+  t tune_grouped 90 python3 -m fp8route.tune_grouped --out $R/h200-grouped.json; snap
+  for table in routes/h100-grouped.json $R/h200-grouped.json; do
+    echo "== FP8ROUTE_GROUPED_TABLE=$table" >> $R/moe_layer.txt
+    FP8ROUTE_GROUPED_TABLE=$table t moe_layer 45 python3 bench/moe_e2e.py --mode layer --batches 1,8,32
+  done
+  grep "==\|batch" $R/moe_layer.txt; snap
+  if [ -f $B/trace/_fp8route_ffi.so ]; then
+    FP8ROUTE_FFI_LIB=$B/trace/_fp8route_ffi.so t chain 120 python3 bench/decode_chain.py \
+      --models llama-3.1-8b,llama-3.1-70b-tp8 --layers 8 --ring own --json $R/chain.json
+    grep -E "^layer|ring own" $R/chain.txt; snap
+  fi
+fi
 cat $R/rc.txt
