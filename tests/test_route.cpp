@@ -713,6 +713,21 @@ TEST(Route, HeuristicNOnlyAtItsMeasuredM) {
   EXPECT_EQ(r.select(make_problem(2000, 4096, 4096, ScaleKind::row)).config, "heuristic");
 }
 
+// cuBLASLt's "precise" is its first answer to the request torch makes, an own choice as "heuristic"
+// is: it carries between measured M and beyond them, where its second rank "precise1" does not.
+TEST(Route, CuBlasLtPreciseCarriesOverAsItsOwnChoice) {
+  const std::string text = replaced(std::string(kGood), "[4096, \"cublaslt\", \"heuristic\", 100.0]",
+                                    "[4096, \"cublaslt\", \"heuristic\", 100.0], "
+                                    "[4096, \"cublaslt\", \"precise\", 90.0], [16, \"cublaslt\", \"precise\", 9.0], "
+                                    "[4096, \"cublaslt\", \"precise1\", 85.0], [16, \"cublaslt\", \"precise1\", 8.5]");
+  const Router r(load_routing_table(temp_file("precise.json", text)),
+                 [](std::string_view, std::string_view, const GemmProblem&) { return std::string(); });
+  for (int64_t m : {64, 8192}) {
+    const Route route = r.select(make_problem(m, 4096, 4096, ScaleKind::row));
+    EXPECT_EQ(route.backend + "/" + route.config, "cublaslt/precise") << m << ": " << route.why;
+  }
+}
+
 // Acceptance: explain names the source and why candidates were skipped. align = 8 rules out every
 // fast backend (they need 16-byte TMA / cuBLASLt FP8 alignment), whatever the machine.
 // explain() flags a choice whose runner-up was measured within 3% at that very M (such rankings

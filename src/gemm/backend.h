@@ -77,9 +77,13 @@ class GemmBackend {
   // Properties the router, LinearPlan and the tools ask instead of naming a backend:
   // Its configs are ranks in a list it computes for each problem, the first being its own choice
   // (cuBLASLt: "heuristic", then "heuristic1..3"): a later rank's time on one problem says nothing
-  // of another M or shape (another problem, another algorithm), so the router carries only the
-  // first to neighbours, and a bench of the backend alone includes the first.
+  // of another M or shape (another problem, another algorithm), so the router carries only its own
+  // choices (carries_over) to neighbours, and a bench of the backend alone includes the first.
   virtual bool ranks_configs_per_problem() const { return false; }
+  // Whether a time of `config` at one problem speaks for it at another M or shape: a fixed kernel
+  // does, and so does a ranking backend's own choice for each problem (its first config; cuBLASLt's
+  // "precise" too, the first answer to the request torch makes), but not a later rank.
+  virtual bool carries_over(int config) const { return !ranks_configs_per_problem() || config == 0; }
   // Block scale_b: it reads the form with rows padded to a multiple of 4 floats
   // (GemmProblem::sb_padded), and cannot take the unpadded one where ceil(K/128) % 4 != 0 and
   // N > 128 (cuBLASLt's BLK128x128 layout). LinearPlan prepares that copy at load for it alone.

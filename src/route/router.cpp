@@ -85,11 +85,16 @@ std::pair<int64_t, int64_t> measured_around(const TableEntry& e, int64_t m) {
 
 // A backend that ranks its configs per problem (GemmBackend::ranks_configs_per_problem: cuBLASLt's
 // "heuristicN" is the N-th algorithm its heuristic ranks for one problem) names another algorithm
-// at another M or shape, so such a time does not carry over; its first rank, the backend's own
-// choice, and fixed configs do. A backend this build lacks (a table of another build) counts as fixed.
+// at another M or shape, so such a time does not carry over; the backend's own choices and fixed
+// configs do (GemmBackend::carries_over). A backend this build lacks (a table of another build)
+// counts as fixed; a config it lacks, as fixed unless its backend ranks per problem.
 bool carries_over(const std::string& backend, const std::string& config) {
   for (const gemm::GemmBackend* b : gemm::all_backends())
-    if (b->name() == backend) return !b->ranks_configs_per_problem() || config == b->configs().front();
+    if (b->name() == backend) {
+      const std::vector<std::string>& cs = b->configs();
+      const auto it = std::find(cs.begin(), cs.end(), config);
+      return it == cs.end() ? !b->ranks_configs_per_problem() : b->carries_over(static_cast<int>(it - cs.begin()));
+    }
   return true;
 }
 

@@ -343,6 +343,9 @@ class CublasLtBackend final : public GemmBackend {
   // "heuristicN" (and "ws1mN", "preciseN") is the N-th algorithm its heuristic ranks for the
   // problem at hand.
   bool ranks_configs_per_problem() const override { return true; }
+  // Each family's first answer is cuBLASLt's own choice for its request at any problem; "ws1m" is
+  // not (the first algorithm no "heuristicN" runs).
+  bool carries_over(int config) const override { return config == 0 || config == kFirstPrecise; }
   // BLK128x128_32F reads scale_b with a row stride of ceil(K/128) rounded up to 4 (supports()).
   bool wants_padded_block_scale_b() const override { return true; }
   // CUBLASLT_MATMUL_DESC_FAST_ACCUM as modes() sets it (on for tensor and row scales, off for block
