@@ -119,8 +119,16 @@ double interpolation_weight(const std::string& backend, const std::string& confi
 
 using Estimate = std::pair<double, std::pair<std::string, std::string>>;  // (us, (backend, config))
 
-// Every config measured at both lo and hi that carries over, with its time interpolated at m,
-// fastest first.
+// Whether m runs as many of the config's tiles along M as `at` does (gemm::config_m_tile; false for
+// a config whose time does not step with tiles).
+bool same_tiles(const std::string& backend, const std::string& config, int64_t m, int64_t at) {
+  const int tile = gemm::config_m_tile(backend, config);
+  return tile > 0 && (m + tile - 1) / tile == (at + tile - 1) / tile;
+}
+
+// Every config measured at both lo and hi that carries over, with its time interpolated at m; and
+// one measured at only one of them that runs as many tiles at m as there (a decode or skinny config
+// of M <= 8 measured at M = 4 but unable to run M = 16), with that time: fastest first.
 std::vector<Estimate> interpolated_times(const TableEntry& e, int64_t m, int64_t lo, int64_t hi) {
   std::map<std::pair<std::string, std::string>, std::pair<double, double>> at;  // (t_lo, t_hi)
   for (const Measured& r : e.measured)
@@ -129,18 +137,25 @@ std::vector<Estimate> interpolated_times(const TableEntry& e, int64_t m, int64_t
       (r.m == lo ? it->second.first : it->second.second) = r.us;
     }
   std::vector<Estimate> scored;
-  for (const auto& [c, t] : at)
-    if (!std::isnan(t.first) && !std::isnan(t.second) && carries_over(c.first, c.second)) {
+  for (const auto& [c, t] : at) {
+    if (!carries_over(c.first, c.second)) continue;
+    if (!std::isnan(t.first) && !std::isnan(t.second)) {
       const double w = interpolation_weight(c.first, c.second, m, lo, hi);
       scored.push_back({(1 - w) * t.first + w * t.second, c});
+    } else if (!std::isnan(t.first) && same_tiles(c.first, c.second, m, lo)) {
+      scored.push_back({t.first, c});
+    } else if (!std::isnan(t.second) && same_tiles(c.first, c.second, m, hi)) {
+      scored.push_back({t.second, c});
     }
+  }
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return scored;
 }
 
 // Candidates for an M between two measured M, best first: every config measured at both (that
 // carries over to another M), ranked by its time interpolated linearly between them
-// (interpolation_weight); then the rest measured at hi. With each interior measured M held out in
+// (interpolation_weight), with those measured at one of them that run as many tiles at M
+// (interpolated_times); then the rest measured at hi. With each interior measured M held out in
 // turn it ranks closer to the best than interpolating every config linearly in M or in
 // (log M, log time) (test_route, HeldOutMInterpolates; figures in docs/routing.md, "The router").
 std::vector<std::pair<std::string, std::string>> interpolated(const TableEntry& e, int64_t m, int64_t lo, int64_t hi) {

@@ -158,6 +158,9 @@ class SkinnyBackend final : public GemmBackend {
 
   std::vector<int> probe_configs(const GemmProblem& /*p*/) const override { return all_configs(); }
 
+  // A block holds every token of the call (M <= 8 * token_tiles): one tile along M.
+  int m_tile(int config) const override { return 8 * kConfigs[config].token_tiles; }
+
   std::string supports(const GemmProblem& p, int config) const override {
     const SkinnyConfig& c = kConfigs[config];
     if (p.m > 8 * c.token_tiles)
