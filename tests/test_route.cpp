@@ -717,6 +717,27 @@ TEST(Route, InterpolationTakesAOneSidedConfigOfTheSameTiles) {
   EXPECT_EQ(at12.backend + "/" + at12.config, "cublaslt/heuristic") << at12.why;
 }
 
+// A shape the table lacks, at M <= 8: its neighbours are read at M itself, not at the M of the same
+// output size, where the M <= 8 kernels were never measured (here 8 x 8192 / 1024 = 64).
+TEST(Route, NearestEntriesAtDecodeMReadTheNeighbourAtM) {
+  const std::string m8 = "m8_n32_k128x4_splitk", m64 = "m64_n128_k128x2_splitk",
+                    cutlass = "row_64x16x128_1x1x1_pingpong_swapab";
+  const std::vector<MeasurementRecord> rs = {
+      {ScaleKind::row, DType::bf16, 1024, 4096, 8, "skinny", m8, 5.0},
+      {ScaleKind::row, DType::bf16, 1024, 4096, 8, "cutlass_sm90", cutlass, 7.0},
+      {ScaleKind::row, DType::bf16, 1024, 4096, 64, "cutlass_sm90", cutlass, 9.0},
+      {ScaleKind::row, DType::bf16, 1024, 4096, 64, "skinny", m64, 10.0}};
+  const Router r(build_routing_table(rs, h200_stamp()),
+                 [](std::string_view, std::string_view c, const GemmProblem& p) {
+                   return c == "m8_n32_k128x4_splitk" && p.m > 8 ? std::string("runs M <= 8") : std::string();
+                 });
+  const Route at8 = r.select(make_problem(8, 8192, 4096, ScaleKind::row));
+  EXPECT_EQ(at8.source, Route::Source::nearest) << at8.why;
+  EXPECT_EQ(at8.backend + "/" + at8.config, "skinny/" + m8) << at8.why;
+  const Route at16 = r.select(make_problem(16, 8192, 4096, ScaleKind::row));  // output size: M = 128 there
+  EXPECT_EQ(at16.backend + "/" + at16.config, "cutlass_sm90/" + cutlass) << at16.why;
+}
+
 // cuBLASLt's heuristicN names another algorithm at another M: it wins only at the M it was
 // measured at, never between measured M or beyond them.
 TEST(Route, HeuristicNOnlyAtItsMeasuredM) {

@@ -279,8 +279,9 @@ std::vector<std::pair<std::string, std::string>> Router::blend_nearest(const Gem
   for (const TableEntry* e : near) {
     // The neighbour's M with the same output size M x N: the tile count, which decides between
     // small-tile, swap-AB and stream-K configs, carries over better than M alone (held out by
-    // model: fewer points lose more than 20%; docs/routing.md).
-    const double m_same_output = double(p.m) * double(p.n) / double(e->n);
+    // model: fewer points lose more than 20%; docs/routing.md). At M <= 8 the candidates are the
+    // decode and skinny kernels, whose reach is in tokens whatever N: M itself.
+    const double m_same_output = p.m <= 8 ? double(p.m) : double(p.m) * double(p.n) / double(e->n);
     const std::vector<const Measured*> ranked = ranked_at(*e, nearest_measured_m(*e, m_same_output));
     for (const Measured* r : ranked) {
       if (!carries_over(r->backend, r->config)) continue;
