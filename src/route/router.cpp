@@ -534,7 +534,8 @@ std::string Router::explain(const GemmProblem& p) const {
     if (const auto [lo, hi] = measured_around(*e, p.m); source == Route::Source::exact && lo > 0 && hi > 0) {
       const std::vector<Estimate> est = interpolated_times(*e, p.m, lo, hi);
       os << "estimated at m=" << p.m << " from m=" << lo << " and m=" << hi
-         << " (a CUTLASS config's time interpolated in its tiles along M, the others' in M):\n";
+         << " (interpolated in tiles along M where a config's tiles step, else in M; a config measured at one"
+            " of them only, at that time where M runs as many of its tiles):\n";
       for (size_t i = 0; i < est.size(); ++i)
         os << ranked_line(i, est[i].first, est[0].first, est[i].second.first, est[i].second.second) << "\n";
     }
