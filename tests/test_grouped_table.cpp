@@ -4,8 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,20 +68,66 @@ TEST(GroupedTable, SaveLoadRoundTrip) {
   EXPECT_EQ(load_grouped_table(path), t);
 }
 
-TEST(GroupedTable, ChoosesAtTheSmallestMeasuredRowsAtOrAbove) {
+// Measured rows rank by their times; rows between two measured ones by each backend's time
+// interpolated linearly in rows (those measured at both), then the others measured at the upper;
+// outside the measured rows, the nearest end.
+TEST(GroupedTable, InterpolatesBetweenMeasuredRows) {
   const GroupedRoutingTable t = sample_table();
   std::string why;
-  const auto at = [&](int64_t rows) {
-    return grouped_table_choice(t, problem(GroupedForm::masked, ScaleKind::block, 32, rows, 4096, 7168), kAll, &why);
+  const auto at = [&](int64_t rows, const std::function<std::string(std::string_view)>& supports = kAll) {
+    return grouped_table_choice(t, problem(GroupedForm::masked, ScaleKind::block, 32, rows, 4096, 7168), supports,
+                                &why);
   };
   EXPECT_EQ(at(1), "decode");
-  EXPECT_EQ(at(2), "decode");  // the 8-row measurement serves 2..8
+  EXPECT_EQ(at(2), "decode");  // decode 10 + 10 / 7 against wgmma 14 + 7 / 7
+  EXPECT_NE(why.find("interpolated between measured rows 1 and 8: decode 11.43 us (chosen); wgmma 15 us;"),
+            std::string::npos) << why;
   EXPECT_EQ(at(8), "decode");
-  EXPECT_EQ(at(9), "wgmma");
+  EXPECT_EQ(at(40), "wgmma");  // decode 20 + 70 x 32/56 = 60, wgmma 21 + 19 x 32/56 = 31.9; cutlass (64 only) after
+  EXPECT_NE(why.find(" then at measured rows 64: cutlass 45 us;"), std::string::npos) << why;
+  const auto no_wgmma = [](std::string_view b) { return b == "wgmma" ? std::string("not here") : std::string(); };
+  EXPECT_EQ(at(40, no_wgmma), "decode");  // the interpolated ones first
   EXPECT_EQ(at(64), "wgmma");
   EXPECT_EQ(at(500), "wgmma");  // above the largest: the largest
   EXPECT_NE(why.find("largest"), std::string::npos) << why;
   EXPECT_NE(why.find("exact"), std::string::npos) << why;
+}
+
+// The shipped table with each interior measured rows of each entry held out and routed from the
+// rows around it (a backend counts as able to run the problem where it was measured): the choice's
+// measured time against the best there. Ranking at the smallest measured rows above lost 1.38%
+// geometric mean (bench/results/2026-12-05-interpolation-cpu).
+TEST(GroupedTable, HeldOutRowsInterpolate) {
+  const char* env = std::getenv("FP8ROUTE_SOURCE_DIR");
+  const GroupedRoutingTable shipped =
+      load_grouped_table(std::string(env ? env : FP8ROUTE_SOURCE_DIR) + "/routes/h100-grouped.json");
+  double log_sum = 0;
+  size_t n = 0;
+  for (const GroupedTableEntry& e : shipped.entries) {
+    std::map<int64_t, std::map<std::string, double>> at;
+    for (const GroupedMeasured& m : e.measured) at[m.rows][m.backend] = m.us;
+    for (auto it = std::next(at.begin()); it != at.end() && std::next(it) != at.end(); ++it) {
+      GroupedRoutingTable held;
+      held.stamp = shipped.stamp;
+      held.entries.push_back(e);
+      std::erase_if(held.entries[0].measured, [&](const GroupedMeasured& m) { return m.rows == it->first; });
+      const auto& times = it->second;
+      const auto measured_here = [&](std::string_view b) {
+        return times.count(std::string(b)) ? std::string() : std::string("not measured at these rows");
+      };
+      GroupedProblem p = problem(e.form, e.scale, e.experts, it->first, e.n, e.k);
+      p.out = e.out;
+      const std::string chosen = grouped_table_choice(held, p, measured_here);
+      if (chosen.empty()) continue;  // none of the neighbours' backends was measured here
+      double best = INFINITY;
+      for (const auto& [b, us] : times) best = std::min(best, us);
+      log_sum += std::log(times.at(chosen) / best), ++n;
+    }
+  }
+  const double geomean = std::exp(log_sum / double(std::max<size_t>(n, 1)));
+  std::printf("held-out rows: %zu points, geomean loss %.2f%%\n", n, 100 * (geomean - 1));
+  EXPECT_GT(n, 900u);
+  EXPECT_LE(geomean, 1.012);
 }
 
 TEST(GroupedTable, SkipsBackendsThatCannotRun) {
@@ -102,7 +153,8 @@ TEST(GroupedTable, NearestEntryOfTheSameFormAndScale) {
   EXPECT_EQ(grouped_table_choice(t, problem(GroupedForm::masked, ScaleKind::tensor, 32, 4, 4096, 7168), kAll, &why), "");
   EXPECT_NE(why.find("no entry"), std::string::npos) << why;
   EXPECT_EQ(grouped_table_choice(t, problem(GroupedForm::contiguous, ScaleKind::row, 32, 10, 4096, 7168), kAll), "decode");
-  EXPECT_EQ(grouped_table_choice(t, problem(GroupedForm::contiguous, ScaleKind::row, 32, 17, 4096, 7168), kAll), "cutlass");
+  // 17 rows: wgmma, measured at 16 and 4096, interpolated (35.2 us), before cutlass, measured at 4096 only.
+  EXPECT_EQ(grouped_table_choice(t, problem(GroupedForm::contiguous, ScaleKind::row, 32, 17, 4096, 7168), kAll), "wgmma");
 }
 
 TEST(GroupedTable, OtherOutDtypeOnlyWhenNoEntryOfItsOwn) {

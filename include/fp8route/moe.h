@@ -120,9 +120,10 @@ std::string explain_grouped(const GroupedProblem& p);
 // masked, M_total contiguous), with the device counts drawn as `source` says (fp8route.tune_grouped:
 // a model's top-k routing, uniform over its experts). A problem is routed by the entry of its form
 // and scale (and out dtype, else the other) nearest in (E, N, K) (sum of |ln| ratios; an exact match
-// is distance 0), at the smallest measured rows >= its rows (the largest, above them): the fastest
-// measured backend there that supports it. No entry of its form and scale, or no measured backend
-// that runs it: the rule above.
+// is distance 0): at measured rows, the fastest measured backend there that supports it; between
+// two measured rows, the backends measured at both ranked by their times interpolated linearly in
+// rows, then the others measured at the upper; below or above the measured rows, the nearest end.
+// No entry of its form and scale, or no measured backend that runs it: the rule above.
 struct GroupedMeasured {
   int64_t rows = 0;
   std::string backend;

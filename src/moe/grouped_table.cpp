@@ -138,15 +138,28 @@ std::string grouped_table_choice(const GroupedRoutingTable& table, const Grouped
     if (why) *why = "no entry of form " + std::string(name(p.form)) + " and scale " + std::string(name(p.scale));
     return "";
   }
-  // The smallest measured rows >= p.rows, else the largest.
-  std::set<int64_t> rows;
-  for (const GroupedMeasured& m : best->measured) rows.insert(m.rows);
-  const auto it = rows.lower_bound(p.rows);
-  const int64_t at = it != rows.end() ? *it : *rows.rbegin();
-  std::vector<const GroupedMeasured*> ranked;
-  for (const GroupedMeasured& m : best->measured)
-    if (m.rows == at) ranked.push_back(&m);
-  std::stable_sort(ranked.begin(), ranked.end(), [](const auto* a, const auto* b) { return a->us < b->us; });
+  // At measured rows: their ranking. Between two: every backend measured at both, by its time
+  // interpolated linearly in rows, then the others measured at the upper. Below the smallest or
+  // above the largest: that one.
+  std::map<int64_t, std::map<std::string, double>> at_rows;  // rows -> backend -> us
+  for (const GroupedMeasured& m : best->measured) at_rows[m.rows][m.backend] = m.us;
+  const auto hi_it = at_rows.lower_bound(p.rows);
+  const bool between = hi_it != at_rows.end() && hi_it->first != p.rows && hi_it != at_rows.begin();
+  const auto& [hi, at_hi] = hi_it != at_rows.end() ? *hi_it : *at_rows.rbegin();
+  std::vector<std::pair<std::string, double>> estimated;  // interpolated, fastest first
+  if (between) {
+    const auto& [lo, at_lo] = *std::prev(hi_it);
+    const double w = double(p.rows - lo) / double(hi - lo);
+    for (const auto& [backend, us_lo] : at_lo)
+      if (const auto h = at_hi.find(backend); h != at_hi.end())
+        estimated.emplace_back(backend, (1 - w) * us_lo + w * h->second);
+    std::stable_sort(estimated.begin(), estimated.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  }
+  std::vector<std::pair<std::string, double>> ranked_hi;  // measured at hi, not interpolated, fastest first
+  for (const auto& [backend, us] : at_hi)
+    if (std::none_of(estimated.begin(), estimated.end(), [&](const auto& e) { return e.first == backend; }))
+      ranked_hi.emplace_back(backend, us);
+  std::stable_sort(ranked_hi.begin(), ranked_hi.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
 
   std::ostringstream os;
   os.precision(4);
@@ -154,15 +167,25 @@ std::string grouped_table_choice(const GroupedRoutingTable& table, const Grouped
   if (!best->source.empty()) os << " (" << best->source << ")";
   if (best_d == 0) os << ", exact";
   else os << ", nearest (distance " << best_d << ")";
-  os << "; at measured rows " << at << (at >= p.rows ? "" : " (the largest measured)") << ":";
   std::string chosen;
-  for (const GroupedMeasured* m : ranked) {
-    os << ' ' << m->backend << ' ' << m->us << " us";
-    const std::string no = supports(m->backend);
-    if (!no.empty()) os << " (cannot run: " << no << ")";
-    else if (chosen.empty()) chosen = m->backend, os << " (chosen)";
-    os << ';';
+  const auto list = [&](const std::vector<std::pair<std::string, double>>& ranked) {
+    for (const auto& [backend, us] : ranked) {
+      os << ' ' << backend << ' ' << us << " us";
+      const std::string no = supports(backend);
+      if (!no.empty()) os << " (cannot run: " << no << ")";
+      else if (chosen.empty()) chosen = backend, os << " (chosen)";
+      os << ';';
+    }
+  };
+  if (between) {
+    os << "; estimated at rows " << p.rows << ", interpolated between measured rows " << std::prev(hi_it)->first
+       << " and " << hi << ":";
+    list(estimated);
+    if (!ranked_hi.empty()) os << " then at measured rows " << hi << ":";
+  } else {
+    os << "; at measured rows " << hi << (hi >= p.rows ? "" : " (the largest measured)") << ":";
   }
+  list(ranked_hi);
   if (chosen.empty()) os << " none of them runs the problem";
   if (why) *why = os.str();
   return chosen;

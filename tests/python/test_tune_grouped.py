@@ -189,7 +189,7 @@ def test_main_measures_writes_and_resumes(tmp_path, monkeypatch, capsys):
     fp8route.load_grouped_table(out)
     try:
         text = fp8route.explain_grouped("masked", "row", 128, 5, 1536, 2048)
-        assert "at measured rows 8" in text and "wgmma 5 us" in text and "qwen3-30b-a3b ep1" in text, text
+        assert "interpolated between measured rows 1 and 8: wgmma 5 us" in text and "qwen3-30b-a3b ep1" in text, text
     finally:
         fp8route.load_grouped_table("")
     # --resume measures only the entries the file lacks; a second form adds entries, keeps the first.
