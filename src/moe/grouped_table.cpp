@@ -156,9 +156,9 @@ std::string grouped_table_choice(const GroupedRoutingTable& table, const Grouped
     std::stable_sort(estimated.begin(), estimated.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   }
   std::vector<std::pair<std::string, double>> ranked_hi;  // measured at hi, not interpolated, fastest first
-  for (const auto& [backend, us] : at_hi)
-    if (std::none_of(estimated.begin(), estimated.end(), [&](const auto& e) { return e.first == backend; }))
-      ranked_hi.emplace_back(backend, us);
+  for (const auto& measured : at_hi)  // not a structured binding: clang 14 cannot capture one
+    if (std::none_of(estimated.begin(), estimated.end(), [&](const auto& e) { return e.first == measured.first; }))
+      ranked_hi.emplace_back(measured.first, measured.second);
   std::stable_sort(ranked_hi.begin(), ranked_hi.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
 
   std::ostringstream os;
