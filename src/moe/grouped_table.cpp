@@ -140,54 +140,67 @@ std::string grouped_table_choice(const GroupedRoutingTable& table, const Grouped
   }
   // At measured rows: their ranking. Between two: every backend measured at both, by its time
   // interpolated linearly in rows, then the others measured at the upper. Below the smallest or
-  // above the largest: that one.
-  std::map<int64_t, std::map<std::string, double>> at_rows;  // rows -> backend -> us
-  for (const GroupedMeasured& m : best->measured) at_rows[m.rows][m.backend] = m.us;
-  const auto hi_it = at_rows.lower_bound(p.rows);
-  const bool between = hi_it != at_rows.end() && hi_it->first != p.rows && hi_it != at_rows.begin();
-  const auto& [hi, at_hi] = hi_it != at_rows.end() ? *hi_it : *at_rows.rbegin();
-  std::vector<std::pair<std::string, double>> estimated;  // interpolated, fastest first
-  if (between) {
-    const auto& [lo, at_lo] = *std::prev(hi_it);
-    const double w = double(p.rows - lo) / double(hi - lo);
-    for (const auto& [backend, us_lo] : at_lo)
-      if (const auto h = at_hi.find(backend); h != at_hi.end())
-        estimated.emplace_back(backend, (1 - w) * us_lo + w * h->second);
-    std::stable_sort(estimated.begin(), estimated.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  // above the largest: that one. (Every call without a named backend asks: no copies, and the
+  // text only when asked for.)
+  std::vector<int64_t> rows;
+  for (const GroupedMeasured& m : best->measured)
+    if (std::find(rows.begin(), rows.end(), m.rows) == rows.end()) rows.push_back(m.rows);
+  std::sort(rows.begin(), rows.end());
+  const auto hi_it = std::lower_bound(rows.begin(), rows.end(), p.rows);
+  const bool between = hi_it != rows.end() && *hi_it != p.rows && hi_it != rows.begin();
+  const int64_t hi = hi_it != rows.end() ? *hi_it : rows.back(), lo = between ? *std::prev(hi_it) : hi;
+  using Candidate = std::pair<const std::string*, double>;  // backend, us (interpolated or measured)
+  const auto by_time = [](const Candidate& a, const Candidate& b) { return a.second < b.second; };
+  std::vector<Candidate> estimated, ranked_hi;
+  for (const GroupedMeasured& m : best->measured) {
+    if (m.rows != hi) continue;
+    const GroupedMeasured* at_lo = nullptr;
+    if (between)
+      for (const GroupedMeasured& o : best->measured)
+        if (o.rows == lo && o.backend == m.backend) at_lo = &o;
+    if (at_lo) {
+      const double w = double(p.rows - lo) / double(hi - lo);
+      estimated.emplace_back(&m.backend, (1 - w) * at_lo->us + w * m.us);
+    } else {
+      ranked_hi.emplace_back(&m.backend, m.us);
+    }
   }
-  std::vector<std::pair<std::string, double>> ranked_hi;  // measured at hi, not interpolated, fastest first
-  for (const auto& measured : at_hi)  // not a structured binding: clang 14 cannot capture one
-    if (std::none_of(estimated.begin(), estimated.end(), [&](const auto& e) { return e.first == measured.first; }))
-      ranked_hi.emplace_back(measured.first, measured.second);
-  std::stable_sort(ranked_hi.begin(), ranked_hi.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::stable_sort(estimated.begin(), estimated.end(), by_time);
+  std::stable_sort(ranked_hi.begin(), ranked_hi.end(), by_time);
 
+  std::string chosen;
   std::ostringstream os;
   os.precision(4);
-  os << "entry " << entry_key(*best);
-  if (!best->source.empty()) os << " (" << best->source << ")";
-  if (best_d == 0) os << ", exact";
-  else os << ", nearest (distance " << best_d << ")";
-  std::string chosen;
-  const auto list = [&](const std::vector<std::pair<std::string, double>>& ranked) {
+  const auto take = [&](const std::vector<Candidate>& ranked) {
     for (const auto& [backend, us] : ranked) {
-      os << ' ' << backend << ' ' << us << " us";
-      const std::string no = supports(backend);
-      if (!no.empty()) os << " (cannot run: " << no << ")";
-      else if (chosen.empty()) chosen = backend, os << " (chosen)";
-      os << ';';
+      const std::string no = chosen.empty() || why ? supports(*backend) : std::string("-");
+      if (why) {
+        os << ' ' << *backend << ' ' << us << " us";
+        if (!no.empty()) os << " (cannot run: " << no << ")";
+        else if (chosen.empty()) os << " (chosen)";
+        os << ';';
+      }
+      if (no.empty() && chosen.empty()) chosen = *backend;
     }
   };
-  if (between) {
-    os << "; estimated at rows " << p.rows << ", interpolated between measured rows " << std::prev(hi_it)->first
-       << " and " << hi << ":";
-    list(estimated);
-    if (!ranked_hi.empty()) os << " then at measured rows " << hi << ":";
-  } else {
-    os << "; at measured rows " << hi << (hi >= p.rows ? "" : " (the largest measured)") << ":";
+  if (why) {
+    os << "entry " << entry_key(*best);
+    if (!best->source.empty()) os << " (" << best->source << ")";
+    if (best_d == 0) os << ", exact";
+    else os << ", nearest (distance " << best_d << ")";
+    if (between)
+      os << "; estimated at rows " << p.rows << ", interpolated between measured rows " << lo << " and " << hi << ":";
   }
-  list(ranked_hi);
-  if (chosen.empty()) os << " none of them runs the problem";
-  if (why) *why = os.str();
+  take(estimated);
+  if (why) {
+    if (!between) os << "; at measured rows " << hi << (hi >= p.rows ? "" : " (the largest measured)") << ":";
+    else if (!ranked_hi.empty()) os << " then at measured rows " << hi << ":";
+  }
+  take(ranked_hi);
+  if (why) {
+    if (chosen.empty()) os << " none of them runs the problem";
+    *why = os.str();
+  }
   return chosen;
 }
 
