@@ -759,6 +759,12 @@ TEST(Route, HeuristicNOnlyAtItsMeasuredM) {
 // cuBLASLt's "precise" is its first answer to the request torch makes, an own choice as "heuristic"
 // is: it carries between measured M and beyond them, where its second rank "precise1" does not.
 TEST(Route, CuBlasLtPreciseCarriesOverAsItsOwnChoice) {
+  for (const char* c : {"heuristic", "precise"}) EXPECT_TRUE(gemm::config_carries_over("cublaslt", c)) << c;
+  for (const char* c : {"heuristic1", "ws1m", "precise1", "no_such_config"})
+    EXPECT_FALSE(gemm::config_carries_over("cublaslt", c)) << c;
+  EXPECT_TRUE(gemm::config_carries_over("skinny", "m8_n32_k128x4_splitk"));
+  EXPECT_TRUE(gemm::config_carries_over("skinny", "no_such_config"));
+  EXPECT_TRUE(gemm::config_carries_over("no_such_backend", "heuristic1"));
   const std::string text = replaced(std::string(kGood), "[4096, \"cublaslt\", \"heuristic\", 100.0]",
                                     "[4096, \"cublaslt\", \"heuristic\", 100.0], "
                                     "[4096, \"cublaslt\", \"precise\", 90.0], [16, \"cublaslt\", \"precise\", 9.0], "

@@ -133,6 +133,9 @@ int find_config(const GemmBackend& b, std::string_view config);
 // GemmBackend::m_tile by names; 0 for a backend or config this build does not have (a table made
 // by another build may name one).
 int config_m_tile(std::string_view backend, std::string_view config);
+// GemmBackend::carries_over by names; true for a backend this build does not have, and for a config
+// it does not have unless the backend ranks its configs per problem.
+bool config_carries_over(std::string_view backend, std::string_view config);
 
 // Why backend/config cannot run p for its accumulation class: "" unless p.accum is precise and the
 // config is of the fast class (or names a backend or config this build lacks: "" too, supports()

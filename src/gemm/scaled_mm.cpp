@@ -520,6 +520,13 @@ int config_m_tile(std::string_view backend, std::string_view config) {
   return b ? b->m_tile(i) : 0;
 }
 
+bool config_carries_over(std::string_view backend, std::string_view config) {
+  if (const auto [b, i] = lookup(backend, config); b) return b->carries_over(i);
+  for (const GemmBackend* b : all_backends())
+    if (b->name() == backend) return !b->ranks_configs_per_problem();
+  return true;
+}
+
 std::string sm90_device_reason() {
   if (cuda_device_count() == 0) return cuda_unavailable_reason();
   const DeviceInfo& dev = device_info();

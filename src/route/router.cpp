@@ -86,16 +86,10 @@ std::pair<int64_t, int64_t> measured_around(const TableEntry& e, int64_t m) {
 // A backend that ranks its configs per problem (GemmBackend::ranks_configs_per_problem: cuBLASLt's
 // "heuristicN" is the N-th algorithm its heuristic ranks for one problem) names another algorithm
 // at another M or shape, so such a time does not carry over; the backend's own choices and fixed
-// configs do (GemmBackend::carries_over). A backend this build lacks (a table of another build)
-// counts as fixed; a config it lacks, as fixed unless its backend ranks per problem.
+// configs do (GemmBackend::carries_over; gemm::config_carries_over says what a table of another
+// build names).
 bool carries_over(const std::string& backend, const std::string& config) {
-  for (const gemm::GemmBackend* b : gemm::all_backends())
-    if (b->name() == backend) {
-      const std::vector<std::string>& cs = b->configs();
-      const auto it = std::find(cs.begin(), cs.end(), config);
-      return it == cs.end() ? !b->ranks_configs_per_problem() : b->carries_over(static_cast<int>(it - cs.begin()));
-    }
-  return true;
+  return gemm::config_carries_over(backend, config);
 }
 
 bool is_slow_fallback(const std::string& backend) {
@@ -104,16 +98,17 @@ bool is_slow_fallback(const std::string& backend) {
   return false;
 }
 
+// The tiles of `tile` rows that M rows take.
+int64_t tiles_of(int tile, int64_t m) { return (m + tile - 1) / tile; }
+
 // Where m lies between lo and hi for a config's time, 0..1: in tiles along M for a config whose
 // time steps with them (gemm::config_m_tile: M = 24 runs as many 16-row tiles as M = 32), else
 // linearly in M.
 double interpolation_weight(const std::string& backend, const std::string& config, int64_t m, int64_t lo,
                             int64_t hi) {
   const int tile = gemm::config_m_tile(backend, config);
-  if (tile > 0) {
-    const auto tiles = [&](int64_t x) { return double((x + tile - 1) / tile); };
-    if (tiles(hi) > tiles(lo)) return (tiles(m) - tiles(lo)) / (tiles(hi) - tiles(lo));
-  }
+  if (tile > 0 && tiles_of(tile, hi) > tiles_of(tile, lo))
+    return double(tiles_of(tile, m) - tiles_of(tile, lo)) / double(tiles_of(tile, hi) - tiles_of(tile, lo));
   return double(m - lo) / double(hi - lo);
 }
 
@@ -123,7 +118,7 @@ using Estimate = std::pair<double, std::pair<std::string, std::string>>;  // (us
 // a config whose time does not step with tiles).
 bool same_tiles(const std::string& backend, const std::string& config, int64_t m, int64_t at) {
   const int tile = gemm::config_m_tile(backend, config);
-  return tile > 0 && (m + tile - 1) / tile == (at + tile - 1) / tile;
+  return tile > 0 && tiles_of(tile, m) == tiles_of(tile, at);
 }
 
 // Every config measured at both lo and hi that carries over, with its time interpolated at m; and

@@ -226,12 +226,13 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmProblem& p, c
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
       FP8ROUTE_CUBLAS_CHECK(
           cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &align, sizeof(align)));
-    // Asked for more than it fills: an algorithm an earlier config holds is skipped.
+    // Asked for more than it fills: an algorithm an earlier config of this plan holds is skipped.
+    const int requested = count + plan->offered();
     std::array<cublasLtMatmulHeuristicResult_t, 2 * kAlgos> found{};
     int count_found = 0;
     const cublasStatus_t s =
         cublasLtMatmulAlgoGetHeuristic(handle, desc, plan->a.get(), plan->b.get(), plan->d.get(),
-                                       plan->d.get(), raw_pref, first + count, found.data(), &count_found);
+                                       plan->d.get(), raw_pref, requested, found.data(), &count_found);
     // NOT_SUPPORTED is an answer (no algorithm for this problem), kept in the Plan; anything else
     // that is not success is a failure.
     FP8ROUTE_CHECK_CAT(s == CUBLAS_STATUS_SUCCESS || s == CUBLAS_STATUS_NOT_SUPPORTED,
